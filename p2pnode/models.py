@@ -1,0 +1,84 @@
+"""Model architectures a node can train, by name.
+
+Every node of a cluster must build the same architecture: the wire format carries an
+architecture fingerprint (see :func:`fingerprint`) so a peer with another model is refused
+before any of its numbers touch ours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import torch
+from torch import nn
+
+#: input shape (channels, height, width) and class count each model expects
+MODEL_INPUTS: dict[str, tuple[int, int, int]] = {
+    "cnn": (1, 28, 28),
+    "resnet18": (3, 32, 32),
+    "vgg11": (3, 32, 32),
+    "vgg19": (3, 32, 32),
+}
+
+
+class SmallCNN(nn.Module):
+    """2 conv + 2 fc, about 0.42 M parameters: the reference model for Fashion-MNIST."""
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, image_size: int = 28) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+        )
+        side = image_size // 4
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(64 * side * side, 128),
+            nn.ReLU(),
+            nn.Linear(128, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def build_model(name: str, num_classes: int = 10, in_channels: int | None = None) -> nn.Module:
+    """Build a freshly initialised model; raises ``ValueError`` for an unknown name.
+
+    ``resnet18`` and the VGGs are torchvision's, adapted to 32x32 inputs (CIFAR-10), as the
+    paper trained VGG-19 on CIFAR-10.
+    """
+    import torchvision.models as tvm
+
+    if name not in MODEL_INPUTS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_INPUTS)}")
+    channels, size, _ = MODEL_INPUTS[name]
+    channels = in_channels if in_channels is not None else channels
+    if name == "cnn":
+        return SmallCNN(channels, num_classes, size)
+    if name == "resnet18":
+        model = tvm.resnet18(num_classes=num_classes)
+        # 32x32 inputs: a 3x3 stem without the max-pool keeps spatial resolution.
+        model.conv1 = nn.Conv2d(channels, 64, 3, 1, 1, bias=False)
+        model.maxpool = nn.Identity()
+        return model
+    builder = {"vgg11": tvm.vgg11_bn, "vgg19": tvm.vgg19_bn}[name]
+    model = builder(num_classes=num_classes)
+    if channels != 3:
+        model.features[0] = nn.Conv2d(channels, 64, 3, padding=1)
+    # 32x32 input leaves a 1x1 feature map: pool to 1x1 and use a small classifier.
+    model.avgpool = nn.AdaptiveAvgPool2d(1)
+    model.classifier = nn.Sequential(nn.Linear(512, 512), nn.ReLU(True), nn.Linear(512, num_classes))
+    return model
+
+
+def fingerprint(model: nn.Module) -> str:
+    """A short hash of parameter names, shapes and dtypes: equal iff the architectures match."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+    return h.hexdigest()[:16]
