@@ -1,0 +1,1 @@
+"""Cluster membership: who is in the cluster and who is alive (see base.Membership)."""

@@ -1,0 +1,1 @@
+"""Node-to-node HTTP: request signing and the shared client."""

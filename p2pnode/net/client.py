@@ -1,0 +1,104 @@
+"""The one HTTP client a node uses to talk to peers.
+
+One keep-alive ``aiohttp.ClientSession`` for the node's life; every call has an explicit
+total timeout; requests are signed when a cluster secret is set. Errors come out as
+``PeerError`` so callers handle one exception type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import msgpack
+
+from p2pnode.net.auth import sign
+
+MSGPACK = "application/msgpack"
+
+
+class PeerError(Exception):
+    """A peer did not answer usefully: timeout, connection refused, bad status or body."""
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+class PeerClient:
+    def __init__(self, secret: bytes | None = None, ssl: Any = None, max_body: int = 512 * 1024 * 1024,
+                 user_agent: str = "p2pnode") -> None:
+        self._secret = secret
+        self._ssl = ssl
+        self._max_body = max_body
+        self._session: aiohttp.ClientSession | None = None
+        self._ua = user_agent
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self._ssl else "http"
+
+    async def __aenter__(self) -> PeerClient:
+        self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def open(self) -> None:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=64, ssl=self._ssl if self._ssl else False)
+            self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self._ua},
+                                                  auto_decompress=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def request(self, method: str, addr: str, path_qs: str, body: bytes = b"", timeout: float = 1.0,
+                      content_type: str = MSGPACK) -> Response:
+        """Send one request; raise PeerError on any failure, timeout included."""
+        self.open()
+        assert self._session is not None
+        headers = {"Content-Type": content_type} if body else {}
+        if self._secret:
+            headers.update(sign(self._secret, method, path_qs, body))
+        url = f"{self.scheme}://{addr}{path_qs}"
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._session.request(method, url, data=body or None, headers=headers) as resp:
+                    declared = resp.content_length
+                    if declared is not None and declared > self._max_body:
+                        raise PeerError(f"{addr}: body of {declared} bytes is over the limit")
+                    data = await resp.content.read(self._max_body + 1)
+                    if len(data) > self._max_body:
+                        raise PeerError(f"{addr}: body over the limit of {self._max_body} bytes")
+                    self.bytes_sent += len(body)
+                    self.bytes_received += len(data)
+                    return Response(resp.status, data, dict(resp.headers))
+        except TimeoutError as exc:
+            raise PeerError(f"{addr}: no answer within {timeout:g} s") from exc
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            raise PeerError(f"{addr}: {exc.__class__.__name__}: {exc}") from exc
+
+    async def call(self, addr: str, path: str, message: dict[str, Any], timeout: float = 1.0) -> dict[str, Any]:
+        """POST a msgpack message, expect 200 and a msgpack map back."""
+        body = msgpack.packb(message, use_bin_type=True)
+        resp = await self.request("POST", addr, path, body, timeout)
+        if resp.status != 200:
+            raise PeerError(f"{addr}{path}: HTTP {resp.status}: {resp.body[:200]!r}")
+        try:
+            reply = msgpack.unpackb(resp.body, raw=False, strict_map_key=True)
+        except Exception as exc:  # msgpack raises several unrelated types on garbage
+            raise PeerError(f"{addr}{path}: undecodable reply: {exc}") from exc
+        if not isinstance(reply, dict):
+            raise PeerError(f"{addr}{path}: reply is not a map")
+        return reply
