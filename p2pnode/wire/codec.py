@@ -1,0 +1,400 @@
+"""Model payload codec: snapshots and sparse deltas of a node's public model x̂.
+
+One payload is one msgpack map (see docs/PROTOCOL.md, "Payload format"). It is
+self-describing (format version, kind, architecture fingerprint, node id, epoch, versions,
+step, loss, tensor names/shapes/dtypes) so a receiver can refuse a foreign model before any
+number of it touches ours. Tensor data travel as raw little-endian bytes: lz4 gains nothing
+on random float32 values, so it is used only on delta indices, and only when it pays.
+
+:func:`decode` never trusts its input: every malformed payload raises :class:`PayloadError`
+(a ``ValueError``) with a short reason, before the caller can act on any part of it. All
+per-element work is vectorised numpy; there is no Python loop over elements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Union
+
+import lz4.block
+import msgpack
+import numpy as np
+
+FORMAT_VERSION = 1
+#: indices are < numel, so with this bound a uint32 always holds an index, and the uint64
+#: running sum of n <= numel gaps (each < 2**32) can never wrap.
+MAX_TENSOR_NUMEL = 2**32 - 1
+MAX_TENSORS = 1 << 16
+MAX_NDIM = 16
+MAX_NAME_LEN = 1024
+MAX_ID_LEN = 256
+MAX_VERSION = 2**63 - 1
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+
+#: Element types a ModelSpec may declare -> dtype of the decoded arrays. Adding "float16" or
+#: "bfloat16" means a new entry here plus a wire value dtype for it (numpy has no bfloat16:
+#: it would travel as "<u2" and be widened by a 16-bit shift).
+TENSOR_DTYPES: dict[str, np.dtype] = {"float32": np.dtype(np.float32)}
+#: Wire encodings of float values ("vdt" field). Decoded values are always float32.
+VALUE_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+#: Index gap widths in bytes ("w" field of a delta entry).
+INDEX_WIDTHS: dict[int, np.dtype] = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4")}
+
+KINDS = ("snapshot", "delta")
+#: "add": x̂[idx] += v (what the worker publishes); "set": x̂[idx] = v (merged deltas: exact).
+DELTA_OPS = ("add", "set")
+
+_COMMON_KEYS = frozenset(
+    {"fmt", "kind", "fp", "node", "epoch", "base", "ver", "step", "loss", "vdt", "specs", "data"}
+)
+_DELTA_KEYS = _COMMON_KEYS | {"op"}
+_ENTRY_KEYS = frozenset({"t", "n", "w", "z", "i", "v"})
+
+
+class PayloadError(ValueError):
+    """A payload that must not be applied; the message is a short reason."""
+
+
+class ArchitectureMismatch(PayloadError):
+    """The payload describes another model (fingerprint or tensor specs differ)."""
+
+
+class NonFiniteError(PayloadError):
+    """The payload carries NaN or infinity."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, shape and element type of one floating-point tensor of the model."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass
+class ModelSpec:
+    """The tensors that travel on the wire, in state_dict order, plus the model fingerprint."""
+
+    fingerprint: str
+    tensors: list[TensorSpec]
+
+    @property
+    def numel(self) -> int:
+        return sum(t.numel for t in self.tensors)
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tensors]
+
+    def by_name(self) -> dict[str, TensorSpec]:
+        return {t.name: t for t in self.tensors}
+
+    @classmethod
+    def from_state_dict(cls, sd: Mapping[str, Any], fingerprint: str) -> ModelSpec:
+        """Floating-point entries of a torch state_dict (integer buffers such as BatchNorm's
+        ``num_batches_tracked`` are local bookkeeping and are not exchanged)."""
+        specs = []
+        for name, t in sd.items():
+            if hasattr(t, "is_floating_point"):  # torch.Tensor
+                if not t.is_floating_point():
+                    continue
+                dtype = str(t.dtype).removeprefix("torch.")
+            else:
+                a = np.asarray(t)
+                if not np.issubdtype(a.dtype, np.floating):
+                    continue
+                dtype = a.dtype.name
+            if dtype not in TENSOR_DTYPES:
+                raise ValueError(f"{name}: dtype {dtype} is not supported on the wire")
+            specs.append(TensorSpec(name, tuple(int(d) for d in t.shape), dtype))
+        return cls(fingerprint, specs)
+
+    def header(self, kind: str, node_id: str, epoch: str, version: int, **kw: Any) -> Header:
+        """A header for a payload of this model (``kw``: base_version, step, loss, op)."""
+        return Header(kind=kind, fingerprint=self.fingerprint, node_id=node_id, epoch=epoch,
+                      version=version, specs=list(self.tensors), **kw)
+
+
+@dataclass(kw_only=True)
+class Header:
+    """Everything in a payload except tensor data. ``base_version`` is -1 (or ``version``)
+    for a snapshot; for a delta it is the version the delta applies to."""
+
+    fmt: int = FORMAT_VERSION
+    kind: str
+    fingerprint: str
+    node_id: str
+    epoch: str
+    base_version: int = -1
+    version: int
+    step: int = 0
+    loss: float = 0.0
+    specs: list[TensorSpec] = field(default_factory=list)
+    op: str = "add"  # deltas only
+    value_dtype: str = "float32"  # set by decode: how the values travelled
+
+
+@dataclass
+class Snapshot:
+    """The whole x̂: one flat float32 array per tensor (decoded arrays may be read-only)."""
+
+    header: Header
+    tensors: dict[str, np.ndarray]
+
+
+@dataclass
+class Delta:
+    """Sparse change: name -> (strictly increasing int64 indices into the flat tensor, float32
+    values). Tensors without entries are unchanged."""
+
+    header: Header
+    entries: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+Payload = Union[Snapshot, Delta]
+
+
+# ---------------------------------------------------------------------------------- encode
+
+
+def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
+    a = np.asarray(values, dtype=np.float32).reshape(-1)
+    if a.size != count:
+        raise ValueError(f"{name}: {a.size} values, expected {count}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name}: non-finite values")
+    w = a.astype(vdt, copy=False)
+    if vdt.itemsize < 4 and not np.isfinite(w).all():
+        raise ValueError(f"{name}: values overflow {vdt.name}")
+    return w.tobytes()
+
+
+def _index_entry(name: str, t: int, idx: Any, numel: int) -> dict[str, Any] | None:
+    """Delta-code indices (first index, then gaps) in the narrowest width; lz4 if smaller."""
+    idx = np.asarray(idx)
+    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+        raise ValueError(f"{name}: indices must be a 1-d integer array")
+    if idx.size == 0:
+        return None
+    idx = idx.astype(np.int64, copy=False)
+    gaps = np.diff(idx, prepend=0)
+    if idx[0] < 0 or idx[-1] >= numel or (gaps[1:] <= 0).any():
+        raise ValueError(f"{name}: indices must be strictly increasing in [0, {numel})")
+    top = int(gaps.max())
+    width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4
+    raw = gaps.astype(INDEX_WIDTHS[width]).tobytes()
+    packed = lz4.block.compress(raw, store_size=False)
+    z = len(packed) < len(raw)
+    return {"t": t, "n": int(idx.size), "w": width, "z": int(z), "i": packed if z else raw}
+
+
+def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
+    """Encode a payload; ``value_dtype="float16"`` halves value bytes (lossy: whoever keeps
+    x̂ must apply the *decoded* values, so that sender and receivers stay bit-equal).
+    Raises ``ValueError`` on an inconsistent payload (never emits what decode would refuse)."""
+    h = payload.header
+    if value_dtype not in VALUE_DTYPES:
+        raise ValueError(f"unknown value dtype {value_dtype!r}")
+    vdt = VALUE_DTYPES[value_dtype]
+    kind = "snapshot" if isinstance(payload, Snapshot) else "delta"
+    if h.kind != kind:
+        raise ValueError(f"header kind {h.kind!r} on a {kind}")
+    obj: dict[str, Any] = {
+        "fmt": FORMAT_VERSION, "kind": kind, "fp": h.fingerprint, "node": h.node_id,
+        "epoch": h.epoch, "base": int(h.base_version), "ver": int(h.version),
+        "step": int(h.step), "loss": float(h.loss), "vdt": value_dtype,
+        "specs": [[s.name, list(s.shape), s.dtype] for s in h.specs],
+    }
+    if isinstance(payload, Snapshot):
+        if set(payload.tensors) != {s.name for s in h.specs}:
+            raise ValueError("snapshot tensors do not match header specs")
+        obj["data"] = [_values_bytes(s.name, payload.tensors[s.name], s.numel, vdt)
+                       for s in h.specs]
+    else:
+        if h.op not in DELTA_OPS:
+            raise ValueError(f"unknown delta op {h.op!r}")
+        obj["op"] = h.op
+        unknown = set(payload.entries) - {s.name for s in h.specs}
+        if unknown:
+            raise ValueError(f"delta entries for unknown tensors: {sorted(unknown)[:3]}")
+        data = []
+        for t, s in enumerate(h.specs):
+            if s.name not in payload.entries:
+                continue
+            idx, vals = payload.entries[s.name]
+            entry = _index_entry(s.name, t, idx, s.numel)
+            if entry is None:
+                if np.asarray(vals).size:
+                    raise ValueError(f"{s.name}: values without indices")
+                continue
+            entry["v"] = _values_bytes(s.name, vals, entry["n"], vdt)
+            data.append(entry)
+        obj["data"] = data
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+# ---------------------------------------------------------------------------------- decode
+
+
+def _field(obj: Mapping[str, Any], key: str, typ: type | tuple[type, ...]) -> Any:
+    v = obj[key]
+    if isinstance(v, bool) and typ is not bool or not isinstance(v, typ):
+        raise PayloadError(f"field {key!r} has the wrong type")
+    return v
+
+
+def _int(obj: Mapping[str, Any], key: str, lo: int, hi: int) -> int:
+    v = _field(obj, key, int)
+    if not lo <= v <= hi:
+        raise PayloadError(f"field {key!r} out of range")
+    return v
+
+
+def _str(obj: Mapping[str, Any], key: str, max_len: int = MAX_ID_LEN) -> str:
+    v = _field(obj, key, str)
+    if not 0 < len(v) <= max_len:
+        raise PayloadError(f"field {key!r} empty or too long")
+    return v
+
+
+def _specs(raw: Any) -> list[TensorSpec]:
+    if not isinstance(raw, list) or len(raw) > MAX_TENSORS:
+        raise PayloadError("bad specs")
+    specs, names = [], set()
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3):
+            raise PayloadError("bad tensor spec")
+        name, shape, dtype = item
+        if not (isinstance(name, str) and 0 < len(name) <= MAX_NAME_LEN) or name in names:
+            raise PayloadError("bad or duplicate tensor name")
+        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(
+                type(d) is int and d >= 0 for d in shape)):
+            raise PayloadError(f"{name}: bad shape")
+        if dtype not in TENSOR_DTYPES:
+            raise PayloadError(f"{name}: unsupported dtype")
+        spec = TensorSpec(name, tuple(shape), dtype)
+        if spec.numel > MAX_TENSOR_NUMEL:
+            raise PayloadError(f"{name}: tensor too large")
+        names.add(name)
+        specs.append(spec)
+    return specs
+
+
+def _values(name: str, raw: Any, count: int, vdt: np.dtype) -> np.ndarray:
+    if not isinstance(raw, bytes) or len(raw) != count * vdt.itemsize:
+        raise PayloadError(f"{name}: value bytes do not match the element count")
+    a = np.frombuffer(raw, dtype=vdt).astype(np.float32, copy=False)
+    if not np.isfinite(a).all():
+        raise NonFiniteError(f"{name}: non-finite values")
+    return a
+
+
+def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
+    n = _int(e, "n", 1, numel)
+    width = _int(e, "w", 1, 4)
+    z = _int(e, "z", 0, 1)
+    raw = _field(e, "i", bytes)
+    if width not in INDEX_WIDTHS:
+        raise PayloadError(f"{name}: bad index width")
+    size = n * width
+    if z:  # the known count bounds the output: no lz4 bomb can make us allocate more
+        try:
+            raw = lz4.block.decompress(raw, uncompressed_size=size)
+        except Exception:
+            raise PayloadError(f"{name}: corrupt lz4 indices") from None
+    if len(raw) != size:
+        raise PayloadError(f"{name}: index bytes do not match the count")
+    gaps = np.frombuffer(raw, dtype=INDEX_WIDTHS[width])
+    if n > 1 and not gaps[1:].all():
+        raise PayloadError(f"{name}: indices not strictly increasing")
+    idx = np.cumsum(gaps, dtype=np.uint64)  # n <= numel < 2**32 gaps < 2**32: cannot wrap
+    if int(idx[-1]) >= numel:
+        raise PayloadError(f"{name}: index out of range")
+    return idx.astype(np.int64)
+
+
+def decode(data: bytes, expect: ModelSpec | None = None,
+           max_bytes: int = DEFAULT_MAX_BYTES) -> Payload:
+    """Decode and fully validate a payload; raise :class:`PayloadError` on anything wrong.
+
+    ``expect`` (the local model) turns a foreign fingerprint or tensor layout into
+    :class:`ArchitectureMismatch`. Never unpickles; msgpack runs with size limits.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise PayloadError("payload is not bytes")
+    if len(data) > max_bytes:
+        raise PayloadError(f"payload too large ({len(data)} > {max_bytes} bytes)")
+    try:
+        obj = msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True, max_bin_len=len(data),
+            max_str_len=min(len(data), 1 << 16), max_array_len=min(len(data), 1 << 20),
+            max_map_len=64, max_ext_len=0)
+    except Exception as exc:
+        raise PayloadError(f"not a msgpack payload ({type(exc).__name__})") from None
+    if not isinstance(obj, dict):
+        raise PayloadError("payload is not a map")
+    if "fmt" not in obj or type(obj["fmt"]) is not int:
+        raise PayloadError("missing format version")
+    if obj["fmt"] != FORMAT_VERSION:
+        raise PayloadError(f"unknown format version {obj['fmt']}")
+    kind = obj.get("kind")
+    if kind not in KINDS:
+        raise PayloadError("unknown payload kind")
+    if set(obj) != (_DELTA_KEYS if kind == "delta" else _COMMON_KEYS):
+        raise PayloadError("missing or unknown fields")
+
+    fp = _str(obj, "fp")
+    if expect is not None and fp != expect.fingerprint:
+        raise ArchitectureMismatch("model fingerprint differs")
+    version = _int(obj, "ver", 0, MAX_VERSION)
+    if kind == "delta":
+        base = _int(obj, "base", 0, version - 1)
+        op = obj["op"]
+        if op not in DELTA_OPS:
+            raise PayloadError("unknown delta op")
+    else:
+        base = _int(obj, "base", -1, version)
+        if base not in (-1, version):
+            raise PayloadError("snapshot base version must be -1 or its version")
+        op = "add"
+    loss = float(_field(obj, "loss", (float, int)))
+    if not math.isfinite(loss):
+        raise NonFiniteError("non-finite loss")
+    vdt_name = obj["vdt"]
+    if vdt_name not in VALUE_DTYPES:
+        raise PayloadError("unknown value dtype")
+    vdt = VALUE_DTYPES[vdt_name]
+    specs = _specs(obj["specs"])
+    if expect is not None and specs != expect.tensors:
+        raise ArchitectureMismatch("tensor names, shapes or dtypes differ")
+    header = Header(kind=kind, fingerprint=fp, node_id=_str(obj, "node"),
+                    epoch=_str(obj, "epoch"), base_version=base, version=version,
+                    step=_int(obj, "step", 0, MAX_VERSION), loss=loss, specs=specs, op=op,
+                    value_dtype=vdt_name)
+
+    raw_data = obj["data"]
+    if not isinstance(raw_data, list):
+        raise PayloadError("bad data field")
+    if kind == "snapshot":
+        if len(raw_data) != len(specs):
+            raise PayloadError("tensor count does not match specs")
+        tensors = {s.name: _values(s.name, b, s.numel, vdt) for s, b in zip(specs, raw_data)}
+        return Snapshot(header, tensors)
+
+    entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    last = -1
+    for e in raw_data:
+        if not isinstance(e, dict) or set(e) != _ENTRY_KEYS:
+            raise PayloadError("bad delta entry")
+        t = _int(e, "t", last + 1, len(specs) - 1)  # increasing: no tensor twice
+        last = t
+        s = specs[t]
+        idx = _indices(s.name, e, s.numel)
+        entries[s.name] = (idx, _values(s.name, e["v"], idx.size, vdt))
+    return Delta(header, entries)
