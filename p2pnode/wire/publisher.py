@@ -1,0 +1,220 @@
+"""The daemon-side mirror of this node's public model x̂, its delta log, and what to serve.
+
+The training worker owns x̂ and publishes encoded payloads (bytes). The daemon keeps its own
+numpy copy here, applying every published delta exactly as the worker did (float32 add of the
+decoded values), so that it can answer ``GET /v1/model?since=V&epoch=E`` without asking the
+worker. Three answers, cheapest first:
+
+* ``since == version`` (same epoch): 304, empty body;
+* ``since == version - 1``: the newest published bytes, unchanged (no re-encoding);
+* ``since`` older but still in the log: one merged delta with **set** semantics: the union of
+  the indices touched since ``since`` carrying the *current* x̂ values there. A summed ("add")
+  merge would round differently from the one-by-one additions the server made; setting the
+  current values makes every replica bit-equal to x̂, at the same size;
+* anything else (no/unknown/too old ``since``, other epoch): a full snapshot, cached per version.
+
+Thread safety: one publisher thread and any number of server threads (``asyncio.to_thread``)
+share one lock; decoding happens outside it, applying and encoding inside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from itertools import islice
+
+import numpy as np
+
+from p2pnode.wire.codec import (
+    Delta,
+    ModelSpec,
+    PayloadError,
+    Snapshot,
+    decode,
+    encode,
+)
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    """What the HTTP layer sends: ``status`` 200 (body = payload), 304 (nothing new, empty
+    body) or 503 (nothing published yet: no snapshot); ``kind`` is "snapshot", "delta",
+    "not_modified" or "unavailable"; ``version`` the publisher's current version."""
+
+    status: int
+    body: bytes
+    kind: str
+    version: int
+
+
+@dataclass(frozen=True)
+class _LogEntry:
+    version: int  # the delta takes x̂ from version - 1 to version
+    data: bytes  # exactly what the worker published
+    indices: dict[str, np.ndarray]  # touched flat indices (uint32), for merging
+    nbytes: int
+
+
+class PublicModel:
+    """This node's x̂ as peers see it, with a log bounded by ``log_size`` entries and
+    ``log_bytes`` bytes (raw payload bytes plus kept indices)."""
+
+    def __init__(self, spec: ModelSpec, node_id: str, epoch: str, log_size: int = 64,
+                 log_bytes: int = 64 * MiB, merge_cache: int = 8) -> None:
+        self.spec = spec
+        self.node_id = node_id
+        self.log_size = log_size
+        self.log_bytes = log_bytes
+        self._merge_cache_size = merge_cache
+        self._lock = threading.Lock()
+        self._x: dict[str, np.ndarray] = {}
+        self._epoch = epoch
+        self._version = 0
+        self._step = 0
+        self._loss = 0.0
+        self._ready = False
+        self._log: deque[_LogEntry] = deque()
+        self._log_nbytes = 0
+        self._snapshot: tuple[int, bytes] | None = None
+        self._merged: OrderedDict[int, bytes] = OrderedDict()
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def epoch(self) -> str:
+        return self._epoch
+
+    @property
+    def ready(self) -> bool:
+        """False until the first :meth:`reset`: there is nothing to serve before it."""
+        return self._ready
+
+    @property
+    def log_len(self) -> int:
+        return len(self._log)
+
+    @property
+    def log_nbytes(self) -> int:
+        return self._log_nbytes
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """A copy of x̂ (flat float32 per tensor), for tests and checkpoints."""
+        with self._lock:
+            return {k: v.copy() for k, v in self._x.items()}
+
+    # -- writer side ----------------------------------------------------------------------
+
+    def reset(self, snapshot: bytes | Snapshot) -> None:
+        """Replace x̂ by a snapshot and adopt its epoch and version; the log starts empty
+        (deltas of another epoch cannot be served). Raises PayloadError on a bad snapshot."""
+        if isinstance(snapshot, Snapshot):
+            # validate an in-memory payload exactly as one off the wire
+            snapshot = encode(snapshot, snapshot.header.value_dtype)
+        payload = decode(snapshot, self.spec, max_bytes=len(snapshot))
+        if not isinstance(payload, Snapshot):
+            raise PayloadError("reset needs a snapshot")
+        h = payload.header
+        if h.node_id != self.node_id:
+            raise PayloadError("snapshot of another node")
+        x = {name: np.array(a, dtype=np.float32, copy=True) for name, a in payload.tensors.items()}
+        with self._lock:
+            self._x = x
+            self._epoch, self._version = h.epoch, h.version
+            self._step, self._loss = h.step, h.loss
+            self._log.clear()
+            self._log_nbytes = 0
+            self._snapshot = None
+            self._merged.clear()
+            self._ready = True
+
+    def publish(self, data: bytes) -> int:
+        """Apply one encoded "add" delta (x̂[idx] += v in float32, as the worker did), log it,
+        and return the new version. Raises PayloadError (x̂ unchanged) if it does not apply."""
+        payload = decode(data, self.spec, max_bytes=max(len(data), 1))
+        if not isinstance(payload, Delta) or payload.header.op != "add":
+            raise PayloadError("publish needs an add delta")
+        h = payload.header
+        if h.node_id != self.node_id:
+            raise PayloadError("delta of another node")
+        if h.version != h.base_version + 1:
+            raise PayloadError("a published delta must advance the version by one")
+        indices = {name: idx.astype(np.uint32) for name, (idx, _) in payload.entries.items()}
+        nbytes = len(data) + sum(i.nbytes for i in indices.values())
+        with self._lock:
+            if not self._ready:
+                raise PayloadError("no snapshot published yet")
+            if h.epoch != self._epoch:
+                raise PayloadError("delta of another epoch")
+            if h.base_version != self._version:
+                raise PayloadError(f"delta base {h.base_version} != version {self._version}")
+            for name, (idx, vals) in payload.entries.items():
+                self._x[name][idx] += vals  # indices are unique: one float32 add each
+            self._version, self._step, self._loss = h.version, h.step, h.loss
+            self._log.append(_LogEntry(h.version, bytes(data), indices, nbytes))
+            self._log_nbytes += nbytes
+            while self._log and (len(self._log) > self.log_size
+                                 or self._log_nbytes > self.log_bytes):
+                self._log_nbytes -= self._log.popleft().nbytes
+            self._snapshot = None
+            self._merged.clear()
+            return self._version
+
+    def update_loss(self, loss: float, step: int) -> None:
+        """Newer loss/step for snapshots and merged deltas encoded from now on."""
+        with self._lock:
+            self._loss, self._step = float(loss), int(step)
+            self._snapshot = None
+            self._merged.clear()
+
+    # -- reader side ----------------------------------------------------------------------
+
+    def serve(self, since: int | None, epoch: str | None) -> ServeResult:
+        """The answer to ``GET /v1/model?since=&epoch=`` (see module docstring)."""
+        with self._lock:
+            v = self._version
+            if not self._ready:
+                return ServeResult(503, b"", "unavailable", -1)
+            if since is not None and epoch == self._epoch:
+                if since == v:
+                    return ServeResult(304, b"", "not_modified", v)
+                oldest_base = self._log[0].version - 1 if self._log else v
+                if oldest_base <= since < v:
+                    if since == v - 1:
+                        return ServeResult(200, self._log[-1].data, "delta", v)
+                    return ServeResult(200, self._merged_since(since), "delta", v)
+            if self._snapshot is None or self._snapshot[0] != v:
+                header = self.spec.header("snapshot", self.node_id, self._epoch, v,
+                                          base_version=-1, step=self._step, loss=self._loss)
+                self._snapshot = (v, encode(Snapshot(header, self._x)))
+            return ServeResult(200, self._snapshot[1], "snapshot", v)
+
+    def _merged_since(self, since: int) -> bytes:
+        """A "set" delta from ``since`` to now; caller holds the lock."""
+        body = self._merged.get(since)
+        if body is not None:
+            self._merged.move_to_end(since)
+            return body
+        start = since - (self._log[0].version - 1)  # first entry with version > since
+        touched: dict[str, list[np.ndarray]] = {}
+        for entry in islice(self._log, start, None):
+            for name, idx in entry.indices.items():
+                touched.setdefault(name, []).append(idx)
+        entries = {}
+        for name, parts in touched.items():
+            idx = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+            entries[name] = (idx, self._x[name][idx])
+        header = self.spec.header("delta", self.node_id, self._epoch, self._version,
+                                  base_version=since, step=self._step, loss=self._loss,
+                                  op="set")
+        body = encode(Delta(header, entries))
+        self._merged[since] = body
+        while len(self._merged) > self._merge_cache_size:
+            self._merged.popitem(last=False)
+        return body

@@ -1,0 +1,146 @@
+"""Replicas of peers' public models x̂, kept by the training worker.
+
+A replica is bit-equal to the peer's x̂ at ``(epoch, version)``: a snapshot replaces it, an
+"add" delta adds the decoded float32 values (the same single float32 addition the peer made),
+a "set" (merged) delta writes the peer's current values. Everything is checked before
+anything is written, so a payload that is refused leaves the replica as it was.
+
+Tensors are torch float32, flat, sharing memory with numpy arrays (the update arithmetic is
+numpy's, identical to the publisher's); :meth:`Replica.state_dict` gives shaped views to
+average into a torch model. Treat them as read-only: writing to them breaks bit-equality.
+Not thread-safe: one owner (the worker's exchange loop).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+import torch
+
+from p2pnode.wire.codec import (
+    DEFAULT_MAX_BYTES,
+    ArchitectureMismatch,
+    Delta,
+    ModelSpec,
+    Payload,
+    PayloadError,
+    Snapshot,
+    decode,
+    encode,
+)
+
+
+class ReplicaGap(PayloadError):
+    """A delta that does not start where the replica is (other base version or epoch, or no
+    snapshot yet): ask again with the replica's ``(epoch, version)``, or without ``since``."""
+
+
+class Replica:
+    """One peer's x̂. ``version`` is -1 and ``epoch`` None until the first snapshot."""
+
+    def __init__(self, spec: ModelSpec, node_id: str) -> None:
+        self.spec = spec
+        self.node_id = node_id
+        self.epoch: str | None = None
+        self.version = -1
+        self.step = 0
+        self.loss = math.nan
+        self._arrays: dict[str, np.ndarray] = {}
+        self.tensors: dict[str, torch.Tensor] = {}  # flat float32, share memory with _arrays
+
+    @property
+    def ready(self) -> bool:
+        return self.version >= 0
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Shaped views of the replica's tensors (no copy)."""
+        return {s.name: self.tensors[s.name].view(s.shape) for s in self.spec.tensors}
+
+    def apply(self, payload: Payload, *, validate: bool = True) -> None:
+        """Apply a snapshot or delta; raise PayloadError (nothing changed) if it does not fit.
+
+        ``validate=False`` is for payloads just returned by ``decode(data, self.spec)``:
+        their arrays are already checked. Otherwise the payload is re-checked in full.
+        """
+        h = payload.header
+        if h.fingerprint != self.spec.fingerprint or h.specs != self.spec.tensors:
+            raise ArchitectureMismatch("payload describes another model")
+        if h.node_id != self.node_id:
+            raise PayloadError("payload of another node")
+        if isinstance(payload, Delta):
+            if not self.ready:
+                raise ReplicaGap("no snapshot yet")
+            if h.epoch != self.epoch:
+                raise ReplicaGap("peer epoch changed")
+            if h.base_version != self.version:
+                raise ReplicaGap(f"delta base {h.base_version} != replica {self.version}")
+        if validate:  # the wire checks, for payloads that did not come off the wire
+            payload = decode(encode(payload, h.value_dtype), self.spec,
+                             max_bytes=DEFAULT_MAX_BYTES * 64)
+        if isinstance(payload, Snapshot):
+            arrays = {s.name: np.array(payload.tensors[s.name], dtype=np.float32, copy=True)
+                      for s in self.spec.tensors}
+            self._arrays = arrays
+            self.tensors = {k: torch.from_numpy(a) for k, a in arrays.items()}
+        else:
+            for name, (idx, vals) in payload.entries.items():
+                if h.op == "set":
+                    self._arrays[name][idx] = vals
+                else:
+                    self._arrays[name][idx] += vals  # unique indices: one float32 add each
+        self.epoch, self.version, self.step, self.loss = h.epoch, h.version, h.step, h.loss
+
+
+class ReplicaCache:
+    """At most ``max_replicas`` replicas, least recently used evicted first."""
+
+    def __init__(self, max_replicas: int) -> None:
+        if max_replicas < 1:
+            raise ValueError("max_replicas must be >= 1")
+        self.max_replicas = max_replicas
+        self._replicas: OrderedDict[str, Replica] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._replicas
+
+    def get(self, node_id: str) -> Replica | None:
+        r = self._replicas.get(node_id)
+        if r is not None:
+            self._replicas.move_to_end(node_id)
+        return r
+
+    def version_of(self, node_id: str) -> tuple[str, int] | None:
+        """``(epoch, version)`` to ask the peer for (``?since=version&epoch=epoch``)."""
+        r = self._replicas.get(node_id)
+        if r is None or r.epoch is None:
+            return None
+        return r.epoch, r.version
+
+    def apply(self, node_id: str, data: bytes, expect: ModelSpec,
+              max_bytes: int = DEFAULT_MAX_BYTES) -> Replica:
+        """Decode ``data`` from peer ``node_id`` and apply it; on any error (PayloadError and
+        subclasses) the cache is unchanged."""
+        payload = decode(data, expect, max_bytes)
+        if payload.header.node_id != node_id:
+            raise PayloadError("payload of another node")
+        replica = self._replicas.get(node_id)
+        if isinstance(payload, Snapshot):
+            replica = Replica(expect, node_id)  # the old one stays intact until this works
+        elif replica is None:
+            raise ReplicaGap("no replica of this peer")
+        elif replica.spec != expect:
+            raise ArchitectureMismatch("replica kept for another model")
+        replica.apply(payload, validate=False)
+        self._replicas[node_id] = replica
+        self._replicas.move_to_end(node_id)
+        while len(self._replicas) > self.max_replicas:
+            self._replicas.popitem(last=False)
+        return replica
+
+    def drop(self, node_id: str) -> None:
+        self._replicas.pop(node_id, None)
