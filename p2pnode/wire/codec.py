@@ -169,7 +169,8 @@ def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
         raise ValueError(f"{name}: {a.size} values, expected {count}")
     if not np.isfinite(a).all():
         raise ValueError(f"{name}: non-finite values")
-    w = a.astype(vdt, copy=False)
+    with np.errstate(over="ignore"):
+        w = a.astype(vdt, copy=False)
     if vdt.itemsize < 4 and not np.isfinite(w).all():
         raise ValueError(f"{name}: values overflow {vdt.name}")
     return w.tobytes()
