@@ -1,0 +1,5 @@
+import sys
+
+from p2pnode.cli import main
+
+sys.exit(main())

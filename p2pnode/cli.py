@@ -1,0 +1,138 @@
+"""``p2pnode start`` runs a node in the foreground; ``p2pnode status`` shows one readably."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from p2pnode import __version__
+from p2pnode.config import Config, ConfigError, load_file, merge, set_option, validate
+
+
+def _start_parser(sub: Any) -> None:
+    p = sub.add_parser("start", help="run a node in the foreground (logs to stderr)",
+                       description="Run a node. With no --seed it starts a new cluster and trains alone "
+                                   "until peers join.")
+    p.add_argument("--config", metavar="FILE", help="TOML config file (see conf/node.toml)")
+    p.add_argument("--seed", action="append", metavar="HOST:PORT", help="a member to join through (repeatable)")
+    p.add_argument("--listen", metavar="HOST:PORT", help="address of the HTTP server (port 0: any free one)")
+    p.add_argument("--advertise", metavar="HOST:PORT", help="address peers should use, if not --listen")
+    p.add_argument("--state-dir", metavar="DIR", help="node id, checkpoints")
+    p.add_argument("--data", metavar="NAME", help="fashion-mnist, cifar10 or synthetic")
+    p.add_argument("--data-dir", metavar="DIR", help="folder holding the data set's files")
+    p.add_argument("--model", metavar="NAME", help="cnn, resnet18, vgg11 or vgg19")
+    p.add_argument("--shard", metavar="I/N", help="train on the I-th of N disjoint shards")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override any config key, e.g. --set exchange.timeout=1.5 (repeatable)")
+
+
+def build_config(args: argparse.Namespace) -> Config:
+    cfg = Config()
+    if args.config:
+        merge(cfg, load_file(args.config))
+    flags = {"node": {"seeds": args.seed, "listen": args.listen, "advertise": args.advertise,
+                      "state_dir": args.state_dir},
+             "training": {"data": args.data, "data_dir": args.data_dir, "model": args.model, "shard": args.shard}}
+    merge(cfg, {sec: {k: v for k, v in vals.items() if v is not None} for sec, vals in flags.items()})
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item}: expected SECTION.KEY=VALUE")
+        set_option(cfg, key.strip(), value.strip())
+    validate(cfg)
+    return cfg
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    try:
+        cfg = build_config(args)
+    except ConfigError as exc:
+        print(f"p2pnode: config error: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=cfg.node.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import asyncio
+
+    import uvloop
+
+    from p2pnode.daemon.node import Node
+
+    try:
+        node = Node(cfg)
+    except (OSError, RuntimeError) as exc:
+        print(f"p2pnode: cannot start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return uvloop.run(node.run())
+    except OSError as exc:
+        print(f"p2pnode: {exc}", file=sys.stderr)
+        return 1
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_status(s: dict[str, Any]) -> str:
+    t, ex, b = s["training"], s["exchanges"], s["bytes"]
+    lines = [
+        f"node {s['node_id']} at {s['addr']}  (p2pnode {s['version']}, up {s['uptime_s']:.0f} s, "
+        f"incarnation {s['incarnation']})",
+        f"training  step {t['step']}  samples {t['samples']}  loss {_fmt(t['loss'])}  lr {_fmt(t['lr'])}"
+        f"{'  (done)' if t['done'] else ''}",
+        f"test      accuracy {_fmt(t['accuracy'])} at step {t['eval_step']} on {t['eval_samples']} images",
+        f"worker    {'running' if t['worker_alive'] else 'DOWN'}  restarts {t['worker_restarts']}  "
+        f"last checkpoint at step {_fmt(t['last_checkpoint_step'])}",
+        f"exchanges done {ex['done']}  skipped {ex['skipped']}  not modified {ex['not_modified']}  "
+        f"rejected {ex['rejected']}",
+        f"bytes     model received {b['model_received']}  model served {b['model_served']}",
+        "members:",
+    ]
+    peers = s.get("peers", {})
+    for mb in s["members"]:
+        p = peers.get(mb["node_id"], {})
+        me = " (this node)" if mb["node_id"] == s["node_id"] else ""
+        extra = (f"  ok {p['ok']} failed {p['failed']}" + (f"  last error: {p['last_error']}" if p.get("last_error")
+                                                            else "")) if p else ""
+        lines.append(f"  {mb['node_id']}  {mb['addr']:<21} {mb['state']:<8}{me}{extra}")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    url = f"http://{args.address}/v1/status"
+    try:
+        with urllib.request.urlopen(url, timeout=args.timeout) as resp:
+            data = json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"p2pnode: no status from {args.address}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, indent=2) if args.json else render_status(data))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="p2pnode", description="Peer-to-peer training daemon")
+    parser.add_argument("--version", action="version", version=f"p2pnode {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _start_parser(sub)
+    st = sub.add_parser("status", help="print a node's status")
+    st.add_argument("address", nargs="?", default="127.0.0.1:7070", metavar="HOST:PORT")
+    st.add_argument("--json", action="store_true", help="raw JSON")
+    st.add_argument("--timeout", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    if args.command == "start":
+        return cmd_start(args)
+    return cmd_status(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""Node configuration: one dataclass per TOML table, defaults documented in place.
+
+Sources, later ones win: built-in defaults, the TOML file (``--config``), then command-line
+options. Validation is strict: an unknown key or a bad value raises ``ConfigError`` with one
+line saying which key and why; the CLI prints it and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A configuration problem, worded for the person who wrote the file."""
+
+
+def parse_hostport(value: str, key: str = "address") -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key}: {value!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class NodeConfig:
+    #: HOST:PORT the HTTP server binds; port 0 picks a free one
+    listen: str = "127.0.0.1:7070"
+    #: HOST:PORT peers should use to reach us; empty means the bound listen address
+    advertise: str = ""
+    #: seeds to join through (any live member works); empty starts a new cluster
+    seeds: list[str] = field(default_factory=list)
+    #: where the node id, checkpoints and incarnation live
+    state_dir: str = "./p2pnode-state"
+    #: shared cluster secret; when set every request is HMAC-signed and checked
+    secret: str = ""
+    #: file holding the secret (preferred over ``secret`` in unit files)
+    secret_file: str = ""
+    #: TLS certificate and key for the HTTP server (both or neither)
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: CA bundle that peers' certificates must chain to; empty: tls_cert itself (one shared cert)
+    tls_ca: str = ""
+    log_level: str = "info"
+
+
+@dataclass
+class TrainingConfig:
+    #: "cnn" (Fashion-MNIST), "resnet18", "vgg11", "vgg19" (CIFAR-10)
+    model: str = "cnn"
+    #: "fashion-mnist", "cifar10" or "synthetic"
+    data: str = "fashion-mnist"
+    #: folder with the data set's files; empty: the Debian package for Fashion-MNIST
+    data_dir: str = ""
+    #: "i/n": train on the i-th of n disjoint shards of the training set
+    shard: str = "0/1"
+    batch_size: int = 64
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    #: "constant" or "cosine" (cosine needs max_samples)
+    lr_schedule: str = "constant"
+    #: stop local training after this many samples (0: never); the node keeps serving
+    max_samples: int = 0
+    #: evaluate on the test set every this many steps (0: never)
+    eval_every: int = 200
+    #: test images per periodic evaluation (0: the whole test set)
+    eval_samples: int = 2000
+    #: torch threads in the worker; 1 keeps several nodes on one machine fair
+    threads: int = 1
+    seed: int = 0
+    #: size of the "synthetic" training set (its test set is a quarter of it)
+    synthetic_samples: int = 4096
+
+
+@dataclass
+class ExchangeConfig:
+    #: fetch a peer's model after every this many local steps (the paper: 1)
+    every: int = 1
+    #: seconds one fetch may take before the peer is skipped
+    timeout: float = 2.0
+    #: "mean" (x <- (x + x_peer)/2, the paper) or "contribution" (weighted by losses)
+    averaging: str = "mean"
+    #: "random" (the paper), "ring" or "exponential"
+    peer_selection: str = "random"
+    #: consecutive failed exchanges after which a peer is left out until it answers again
+    fail_threshold: int = 3
+    #: peers' public models kept as replicas for sparse deltas
+    max_replicas: int = 16
+
+
+@dataclass
+class CompressionConfig:
+    #: gradient compressor before the local step (the paper: "mean-threshold"; "none")
+    gradient: str = "mean-threshold"
+    #: "none", "residual" (error feedback) or "dgc"
+    gradient_memory: str = "none"
+    #: sparsifier for the published model difference q = C(x - x_hat)
+    publish: str = "topk:density=0.01"
+    #: publish after every this many local steps
+    publish_every: int = 1
+    #: "float32" or "float16" values on the wire
+    value_dtype: str = "float32"
+    #: published versions kept for sparse deltas; older requesters get a snapshot
+    log_size: int = 64
+
+
+@dataclass
+class CheckpointConfig:
+    #: seconds between periodic checkpoints (0: only at shutdown)
+    interval: float = 30.0
+
+
+@dataclass
+class HttpConfig:
+    #: largest request body accepted, bytes (413 beyond)
+    max_request_bytes: int = 64 * 1024 * 1024
+    #: largest model payload accepted from a peer, bytes
+    max_payload_bytes: int = 512 * 1024 * 1024
+
+
+@dataclass
+class MembershipConfig:
+    #: "simple" (member-list exchange) or "swim"
+    protocol: str = "simple"
+    #: seconds between member-list exchanges (simple protocol)
+    gossip_interval: float = 1.0
+    #: seconds one membership request may take
+    timeout: float = 1.0
+    #: "lan" or "wan" defaults for SWIM
+    profile: str = "lan"
+    #: a node with no checkpoint starts from a live peer's full model
+    bootstrap_from_peer: bool = True
+
+
+@dataclass
+class Config:
+    node: NodeConfig = field(default_factory=NodeConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Config:
+        cfg = cls()
+        merge(cfg, data)
+        validate(cfg)
+        return cfg
+
+
+def _coerce(section: str, key: str, value: Any, typ: Any) -> Any:
+    where = f"{section}.{key}"
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if typ == list[str]:
+        if isinstance(value, str):
+            return [v for v in (s.strip() for s in value.split(",")) if v]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+    raise ConfigError(f"{where}: unsupported type")  # pragma: no cover - a bug in this file
+
+
+def merge(cfg: Config, data: dict[str, Any]) -> None:
+    """Apply a nested mapping (as from TOML) onto ``cfg``; unknown keys are errors."""
+    if not isinstance(data, dict):
+        raise ConfigError("configuration must be a table")
+    sections = {f.name for f in dataclasses.fields(cfg)}
+    for section, values in data.items():
+        if section not in sections:
+            raise ConfigError(f"unknown section [{section}]; known: {', '.join(sorted(sections))}")
+        if not isinstance(values, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        target = getattr(cfg, section)
+        hints = get_type_hints(type(target))
+        for key, value in values.items():
+            if key not in hints:
+                known = ", ".join(sorted(hints))
+                raise ConfigError(f"unknown key {section}.{key}; known keys of [{section}]: {known}")
+            setattr(target, key, _coerce(section, key, value, hints[key]))
+
+
+def set_option(cfg: Config, dotted: str, value: str) -> None:
+    """``--set training.lr=0.1`` style override."""
+    section, sep, key = dotted.partition(".")
+    if not sep:
+        raise ConfigError(f"--set {dotted}: expected SECTION.KEY=VALUE")
+    merge(cfg, {section: {key: value}})
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+
+
+def _choice(where: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+
+
+def _positive(where: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        raise ConfigError(f"{where}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    i, sep, n = value.partition("/")
+    if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
+        raise ConfigError(f"training.shard: {value!r} is not I/N with 0 <= I < N")
+    return int(i), int(n)
+
+
+def validate(cfg: Config) -> None:
+    """Check values whose type is right but whose meaning is wrong."""
+    from p2pnode.compression import registry
+    from p2pnode.models import MODEL_INPUTS
+
+    n, t, x, c = cfg.node, cfg.training, cfg.exchange, cfg.compression
+    parse_hostport(n.listen, "node.listen")
+    if n.advertise:
+        parse_hostport(n.advertise, "node.advertise")
+    for seed in n.seeds:
+        parse_hostport(seed, "node.seeds")
+    if bool(n.tls_cert) != bool(n.tls_key):
+        raise ConfigError("node.tls_cert and node.tls_key go together")
+    _choice("node.log_level", n.log_level, ("debug", "info", "warning", "error"))
+    _choice("training.model", t.model, tuple(MODEL_INPUTS))
+    _choice("training.data", t.data, ("fashion-mnist", "cifar10", "synthetic"))
+    if t.data == "cifar10" and not t.data_dir:
+        raise ConfigError("training.data_dir: required for cifar10 (the folder holding cifar-10-batches-py)")
+    want_channels = 1 if t.data in ("fashion-mnist", "synthetic") else 3
+    if t.model != "cnn" and want_channels == 1 and t.data == "fashion-mnist":
+        raise ConfigError(f"training.model: {t.model!r} expects 32x32 colour images; use cnn with {t.data}")
+    if t.model == "cnn" and t.data == "cifar10":
+        raise ConfigError("training.model: cnn is for 28x28 grey images; use resnet18 or a vgg with cifar10")
+    parse_shard(t.shard)
+    for key in ("batch_size", "threads", "synthetic_samples"):
+        _positive(f"training.{key}", getattr(t, key))
+    _positive("training.lr", t.lr)
+    for key in ("momentum", "weight_decay"):
+        _positive(f"training.{key}", getattr(t, key), allow_zero=True)
+    if t.momentum >= 1:
+        raise ConfigError("training.momentum: must be < 1")
+    for key in ("max_samples", "eval_every", "eval_samples", "seed"):
+        _positive(f"training.{key}", getattr(t, key), allow_zero=True)
+    _choice("training.lr_schedule", t.lr_schedule, ("constant", "cosine"))
+    if t.lr_schedule == "cosine" and not t.max_samples:
+        raise ConfigError("training.lr_schedule: cosine needs training.max_samples")
+    _positive("exchange.every", x.every)
+    _positive("exchange.timeout", x.timeout)
+    _positive("exchange.fail_threshold", x.fail_threshold)
+    _positive("exchange.max_replicas", x.max_replicas)
+    _choice("exchange.averaging", x.averaging, ("mean", "contribution"))
+    _choice("exchange.peer_selection", x.peer_selection, ("random", "ring", "exponential"))
+    for key, sparse in (("gradient", False), ("publish", True)):
+        try:
+            registry.validate(getattr(c, key), require_sparse=sparse)
+        except ValueError as exc:
+            raise ConfigError(f"compression.{key}: {exc}") from None
+    _choice("compression.gradient_memory", c.gradient_memory, ("none", "residual", "dgc"))
+    _choice("compression.value_dtype", c.value_dtype, ("float32", "float16"))
+    _positive("compression.publish_every", c.publish_every)
+    _positive("compression.log_size", c.log_size)
+    _positive("checkpoint.interval", cfg.checkpoint.interval, allow_zero=True)
+    _positive("http.max_request_bytes", cfg.http.max_request_bytes)
+    _positive("http.max_payload_bytes", cfg.http.max_payload_bytes)
+    m = cfg.membership
+    _choice("membership.protocol", m.protocol, ("simple", "swim"))
+    _choice("membership.profile", m.profile, ("lan", "wan"))
+    _positive("membership.gossip_interval", m.gossip_interval)
+    _positive("membership.timeout", m.timeout)

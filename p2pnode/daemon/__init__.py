@@ -1,0 +1,1 @@
+"""The node daemon: asyncio actors under one supervisor (see node.py)."""

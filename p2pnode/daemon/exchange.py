@@ -1,0 +1,174 @@
+"""The exchange actor: Algorithm 1's "request a peer's model, average it in" step.
+
+After every ``exchange.every`` local steps it picks one alive peer, fetches the peer's public
+model with ``GET /v1/model?since=V&epoch=E`` (the sparse delta since the replica we hold) under
+``exchange.timeout``, and hands the bytes to the worker, which validates them, updates its replica
+and averages. A timeout or error skips the round: the worker never waits for the network, it
+only takes what has arrived between two of its steps. A peer that fails ``fail_threshold``
+times in a row is left out, then tried again after a back-off, until it answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from p2pnode.config import Config
+from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.trainer import Trainer
+from p2pnode.membership.base import Member, Membership
+from p2pnode.membership.selection import PeerSelector
+from p2pnode.net.client import PeerClient, PeerError
+
+log = logging.getLogger("p2pnode.exchange")
+
+
+@dataclass
+class PeerRecord:
+    """What this node knows of one peer's exchanges; written only by the exchange actor."""
+
+    addr: str
+    epoch: str = ""
+    version: int = -1  # version of our replica of the peer's public model; -1: none
+    ok: int = 0
+    failed: int = 0
+    consecutive_failures: int = 0
+    bytes_received: int = 0
+    last_ok_at: float | None = None
+    last_error: str = ""
+    last_latency: float | None = None
+    left_out_until: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["left_out"] = self.left_out_until > time.monotonic()
+        del out["left_out_until"]
+        return out
+
+
+@dataclass
+class ExchangeTotals:
+    done: int = 0
+    skipped: int = 0
+    not_modified: int = 0
+    rejected: int = 0
+    bytes_received: int = 0
+
+
+class Exchange:
+    def __init__(self, cfg: Config, trainer: Trainer, membership: Membership, client: PeerClient,
+                 metrics: NodeMetrics, node_id: str) -> None:
+        self.cfg = cfg
+        self.trainer = trainer
+        self.membership = membership
+        self.client = client
+        self.metrics = metrics
+        self.node_id = node_id
+        self.peers: dict[str, PeerRecord] = {}
+        self.totals = ExchangeTotals()
+        self.selector = PeerSelector(cfg.exchange.peer_selection, node_id, random.Random())
+        self.round = 0
+        # A node joining with no checkpoint adopts the first peer model it gets (weight 1).
+        self.bootstrap_pending = bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
+
+    def candidates(self) -> list[Member]:
+        now = time.monotonic()
+        return [p for p in self.membership.alive_peers()
+                if self.peers.get(p.node_id) is None or self.peers[p.node_id].left_out_until <= now]
+
+    async def run(self) -> None:
+        await self.trainer.ready.wait()
+        if self.trainer.state.resumed:
+            self.bootstrap_pending = False
+        last = self.trainer.state.step
+        while True:
+            if self.trainer.state.done:
+                await asyncio.sleep(1.0)  # training over: keep averaging, gently
+            else:
+                last = await self.trainer.wait_step(after=last + self.cfg.exchange.every - 1)
+            peers = self.candidates()
+            if not peers:
+                await asyncio.sleep(0.2)
+                continue
+            peer = self.selector.choose(peers, self.round)
+            self.round += 1
+            await self.exchange_with(peer)
+
+    async def exchange_with(self, peer: Member) -> bool:
+        rec = self.peers.setdefault(peer.node_id, PeerRecord(peer.addr))
+        if rec.addr != peer.addr:  # moved: our replica may be of another life
+            rec.addr, rec.version, rec.epoch = peer.addr, -1, ""
+        adopt = self.bootstrap_pending
+        query = "/v1/model" if adopt or rec.version < 0 else f"/v1/model?since={rec.version}&epoch={rec.epoch}"
+        started = time.monotonic()
+        try:
+            resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)
+        except PeerError as exc:
+            self._failed(peer, rec, "timeout" if "no answer" in str(exc) else "error", str(exc))
+            return False
+        latency = time.monotonic() - started
+        self.metrics.exchange_seconds.observe(latency)
+        rec.last_latency = latency
+        if resp.status == 304:
+            self._succeeded(peer, rec)
+            self.totals.not_modified += 1
+            self.metrics.exchanges.labels("not_modified").inc()
+            return True
+        if resp.status != 200:
+            self._failed(peer, rec, "error", f"HTTP {resp.status}")
+            return False
+        rec.bytes_received += len(resp.body)
+        self.totals.bytes_received += len(resp.body)
+        self.metrics.bytes_received.inc(len(resp.body))
+        try:
+            applied = await self.trainer.deliver(peer.node_id, resp.body, weight=1.0 if adopt else -1.0)
+        except (TimeoutError, ConnectionError, OSError) as exc:
+            self._failed(peer, rec, "error", f"worker did not take the payload: {exc!r}")
+            rec.version, rec.epoch = -1, ""
+            return False
+        if not applied.ok:
+            self.totals.rejected += 1
+            self._failed(peer, rec, "rejected", f"{applied.reason}: {applied.detail}")
+            rec.version, rec.epoch = -1, ""  # ask for a full snapshot next time
+            return False
+        rec.version, rec.epoch = applied.version, applied.epoch
+        if adopt:
+            log.info("started from %s's model (version %d)", peer.node_id, applied.version)
+            self.bootstrap_pending = False
+        self._succeeded(peer, rec)
+        self.totals.done += 1
+        self.metrics.exchanges.labels("ok").inc()
+        return True
+
+    def _succeeded(self, peer: Member, rec: PeerRecord) -> None:
+        rec.ok += 1
+        rec.consecutive_failures = 0
+        rec.left_out_until = 0.0
+        rec.last_ok_at = time.time()
+        self.membership.report_exchange(peer.node_id, True)
+
+    def _failed(self, peer: Member, rec: PeerRecord, result: str, error: str) -> None:
+        rec.failed += 1
+        rec.consecutive_failures += 1
+        rec.last_error = error
+        self.totals.skipped += 1
+        self.metrics.exchanges.labels(result).inc()
+        self.membership.report_exchange(peer.node_id, False)
+        threshold = self.cfg.exchange.fail_threshold
+        if rec.consecutive_failures >= threshold:
+            # Leave it out, then give it one try after a back-off that grows to a minute.
+            backoff = min(60.0, 2.0 * 2 ** (rec.consecutive_failures - threshold))
+            rec.left_out_until = time.monotonic() + backoff
+            if rec.consecutive_failures == threshold:
+                log.warning("peer %s (%s) failed %d exchanges in a row; leaving it out: %s",
+                            peer.node_id, peer.addr, threshold, error)
+        else:
+            log.debug("exchange with %s skipped: %s", peer.node_id, error)
+
+    def status(self) -> dict[str, Any]:
+        return {"totals": dict(self.totals.__dict__),
+                "peers": {k: v.to_json() for k, v in self.peers.items()}}

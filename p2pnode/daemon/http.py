@@ -1,0 +1,108 @@
+"""The node's HTTP API (aiohttp): model exchange, status, metrics, health.
+
+``GET /v1/model`` serves this node's public model (sparse delta since a version, a snapshot, or
+304); ``POST /v1/model`` lets a peer push a payload to be averaged in. Bodies over
+``http.max_request_bytes`` get 413 before anything is decoded; a payload the worker refuses
+gets 400 (malformed), 409 (no replica to apply a delta to) or 422 (another architecture,
+non-finite values), and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from p2pnode.config import Config
+from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.trainer import Trainer
+from p2pnode.net.client import MSGPACK
+from p2pnode.net.server import auth_middleware, error
+
+log = logging.getLogger("p2pnode.http")
+
+REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422}
+
+
+def _nonneg_int(request: web.Request, key: str) -> int | None:
+    raw = request.query.get(key)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be a non-negative integer"}),
+                                 content_type="application/json")
+    return int(raw)
+
+
+class HttpApi:
+    def __init__(self, cfg: Config, trainer: Trainer, metrics: NodeMetrics,
+                 status: Callable[[], dict[str, Any]], healthy: Callable[[], bool]) -> None:
+        self.cfg = cfg
+        self.trainer = trainer
+        self.metrics = metrics
+        self.status = status
+        self.healthy = healthy
+
+    def build_app(self, secret: bytes | None) -> web.Application:
+        middlewares = [auth_middleware(secret)] if secret else []
+        app = web.Application(client_max_size=self.cfg.http.max_request_bytes, middlewares=middlewares)
+        app.router.add_get("/v1/model", self.get_model)
+        app.router.add_post("/v1/model", self.post_model)
+        app.router.add_get("/v1/status", self.get_status)
+        app.router.add_get("/metrics", self.get_metrics)
+        app.router.add_get("/healthz", self.get_health)
+        return app
+
+    async def get_model(self, request: web.Request) -> web.StreamResponse:
+        since = _nonneg_int(request, "since")
+        epoch = request.query.get("epoch") or None
+        publisher = self.trainer.publisher
+        if publisher is None:
+            return error(503, "model not ready")
+        result = await asyncio.to_thread(publisher.serve, since, epoch)
+        headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind}
+        self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
+        if result.status == 304:
+            return web.Response(status=304, headers=headers)
+        self.metrics.bytes_served.inc(len(result.body))
+        return web.Response(body=result.body, content_type=MSGPACK, headers=headers)
+
+    async def post_model(self, request: web.Request) -> web.StreamResponse:
+        limit = self.cfg.http.max_request_bytes
+        if request.content_length is not None and request.content_length > limit:
+            self.metrics.rejected.labels("too-large").inc()
+            return error(413, f"body over {limit} bytes")
+        peer = request.query.get("from", "")
+        if not (0 < len(peer) <= 64 and peer.isprintable()):
+            return error(400, "?from=NODE_ID is required")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self.metrics.rejected.labels("too-large").inc()
+            return error(413, f"body over {limit} bytes")
+        if self.trainer.publisher is None:
+            return error(503, "model not ready")
+        try:
+            applied = await self.trainer.deliver(peer, body)
+        except (TimeoutError, ConnectionError, OSError):
+            return error(503, "the training worker did not take the payload")
+        if not applied.ok:
+            return error(REFUSAL_STATUS.get(applied.reason, 400), f"{applied.reason}: {applied.detail}")
+        return web.json_response({"accepted": True, "version": applied.version, "weight": applied.weight})
+
+    async def get_status(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(self.status(), dumps=lambda o: json.dumps(o, default=str))
+
+    async def get_metrics(self, request: web.Request) -> web.StreamResponse:
+        body = generate_latest(self.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def get_health(self, request: web.Request) -> web.StreamResponse:
+        if self.healthy():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="worker not running\n")

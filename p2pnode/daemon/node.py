@@ -1,0 +1,248 @@
+"""The supervisor: builds a node's actors, runs them in one TaskGroup, shuts them down in order.
+
+Actors: HTTP server, membership, trainer (worker supervisor), exchange, checkpointer, systemd
+watchdog. Membership, exchange and checkpointer are restarted with a back-off if they crash;
+a worker that cannot train at all stops the node with exit code 1. SIGTERM/SIGINT: stop
+accepting requests, tell peers we leave, write a final checkpoint, exit 0 — within 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+import ssl
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from p2pnode import __version__
+from p2pnode.checkpoint import write_atomic
+from p2pnode.config import Config, parse_hostport
+from p2pnode.daemon import identity, notify
+from p2pnode.daemon.exchange import Exchange
+from p2pnode.daemon.http import HttpApi
+from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.trainer import Trainer, WorkerFailed
+from p2pnode.membership.base import JoinError, Membership, MemberState
+from p2pnode.membership.simple import SimpleMembership
+from p2pnode.net.client import PeerClient
+
+log = logging.getLogger("p2pnode.node")
+
+MEMBERS_FILE = "members.json"
+
+
+class ShutdownRequested(Exception):
+    """Raised by the stopper actor once the graceful steps are done, to end the TaskGroup."""
+
+
+def _server_ssl(cfg: Config) -> ssl.SSLContext | None:
+    if not cfg.node.tls_cert:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cfg.node.tls_cert, cfg.node.tls_key)
+    return ctx
+
+
+def _client_ssl(cfg: Config) -> ssl.SSLContext | None:
+    if not cfg.node.tls_cert:
+        return None
+    ctx = ssl.create_default_context(cafile=cfg.node.tls_ca or cfg.node.tls_cert)
+    ctx.check_hostname = False  # peers are addressed by IP; the certificate chain is still checked
+    return ctx
+
+
+def _secret(cfg: Config) -> bytes | None:
+    if cfg.node.secret_file:
+        return Path(cfg.node.secret_file).read_bytes().strip() or None
+    return cfg.node.secret.encode() or None
+
+
+class Node:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.state_dir = Path(cfg.node.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.identity = identity.load_or_create(self.state_dir)
+        self.node_id = self.identity.node_id
+        self.metrics = NodeMetrics()
+        self.secret = _secret(cfg)
+        self.client = PeerClient(self.secret, _client_ssl(cfg), cfg.http.max_payload_bytes, f"p2pnode/{__version__}")
+        self.trainer = Trainer(cfg, self.node_id, self.metrics)
+        self.started = time.monotonic()
+        self.stop_event = asyncio.Event()
+        self.addr = ""
+        self.membership: Membership | None = None
+        self.exchange: Exchange | None = None
+        self.joined = False
+
+    # --- pieces -----------------------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        host, port = parse_hostport(self.cfg.node.listen, "node.listen")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(512)
+        sock.setblocking(False)
+        return sock
+
+    def _build_membership(self) -> Membership:
+        m = self.cfg.membership
+        if m.protocol == "swim":
+            from p2pnode.membership.swim import SwimConfig, SwimMembership
+
+            swim_cfg = SwimConfig.wan() if m.profile == "wan" else SwimConfig.lan()
+            return SwimMembership(self.node_id, self.addr, self.client, swim_cfg, self.identity.incarnation,
+                                  registry=self.metrics.registry, on_incarnation=self.identity.raise_to)
+        return SimpleMembership(self.node_id, self.addr, self.client, self.identity.incarnation,
+                                m.gossip_interval, m.timeout, self.cfg.exchange.fail_threshold)
+
+    def _remembered_members(self) -> list[str]:
+        try:
+            data = json.loads((self.state_dir / MEMBERS_FILE).read_text())
+            return [a for a in data.get("addrs", []) if isinstance(a, str) and a != self.addr]
+        except (OSError, ValueError, AttributeError):
+            return []
+
+    def _remember_members(self) -> None:
+        assert self.membership is not None
+        addrs = [mb.addr for mb in self.membership.members()
+                 if mb.node_id != self.node_id and mb.state == MemberState.ALIVE]
+        if addrs:
+            write_atomic(self.state_dir / MEMBERS_FILE, json.dumps({"addrs": addrs}).encode())
+
+    def status(self) -> dict[str, Any]:
+        assert self.membership is not None and self.exchange is not None
+        ex = self.exchange.status()
+        return {
+            "node_id": self.node_id,
+            "addr": self.addr,
+            "version": __version__,
+            "uptime_s": round(time.monotonic() - self.started, 3),
+            "incarnation": self.identity.incarnation,
+            "joined": self.joined,
+            "stopping": self.stop_event.is_set(),
+            "config": {"model": self.cfg.training.model, "data": self.cfg.training.data,
+                       "shard": self.cfg.training.shard, "averaging": self.cfg.exchange.averaging,
+                       "gradient": self.cfg.compression.gradient, "publish": self.cfg.compression.publish,
+                       "membership": self.cfg.membership.protocol},
+            "training": self.trainer.state.to_json(),
+            "exchanges": ex["totals"],
+            "peers": ex["peers"],
+            "members": [mb.to_json() for mb in self.membership.members()],
+            "bytes": {"model_received": ex["totals"]["bytes_received"],
+                      "model_served": int(self.metrics.bytes_served._value.get()),
+                      "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},
+        }
+
+    # --- actors -----------------------------------------------------------------------------
+
+    async def _supervised(self, name: str, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run an actor; if it crashes, log why and start it again after a back-off."""
+        backoff = 0.5
+        while True:
+            try:
+                await fn()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.error("actor %s crashed; restarting in %.1f s\n%s", name, backoff, traceback.format_exc())
+                await asyncio.sleep(backoff)
+                backoff = min(30.0, backoff * 2)
+
+    async def _checkpointer(self) -> None:
+        interval = self.cfg.checkpoint.interval
+        while True:
+            await asyncio.sleep(interval if interval > 0 else 3600)
+            if interval > 0 and self.trainer.state.worker_alive:
+                try:
+                    await self.trainer.checkpoint()
+                except (TimeoutError, ConnectionError, OSError) as exc:
+                    log.warning("periodic checkpoint did not complete: %r", exc)
+            if self.membership is not None:
+                await asyncio.to_thread(self._remember_members)
+
+    async def _member_gauges(self) -> None:
+        assert self.membership is not None
+        while True:
+            counts = {s: 0 for s in MemberState}
+            for mb in self.membership.members():
+                counts[mb.state] += 1
+            for state, n in counts.items():
+                self.metrics.members.labels(str(state)).set(n)
+            await asyncio.sleep(1.0)
+
+    async def _join(self) -> None:
+        assert self.membership is not None
+        seeds = list(dict.fromkeys(self.cfg.node.seeds + self._remembered_members()))
+        seeds = [s for s in seeds if s != self.addr]
+        if seeds:
+            await self.membership.join(seeds)
+        self.joined = True
+        notify.notify(f"READY=1\nSTATUS=serving on {self.addr}, {len(self.membership.members())} members")
+
+    async def _stopper(self) -> None:
+        await self.stop_event.wait()
+        log.info("shutting down: leaving the cluster, writing a final checkpoint")
+        notify.notify("STOPPING=1")
+        assert self.membership is not None
+        try:
+            async with asyncio.timeout(2.0):
+                await self.membership.leave()
+        except TimeoutError:
+            log.warning("leave announcement did not finish in 2 s")
+        await self.trainer.stop(checkpoint=True, timeout=5.0)
+        raise ShutdownRequested
+
+    # --- life -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop_event.set)
+        sock = self._bind()
+        bound_host, bound_port = sock.getsockname()[:2]
+        self.addr = self.cfg.node.advertise or f"{bound_host}:{bound_port}"
+        self.membership = self._build_membership()
+        self.exchange = Exchange(self.cfg, self.trainer, self.membership, self.client, self.metrics, self.node_id)
+        api = HttpApi(self.cfg, self.trainer, self.metrics, self.status, lambda: self.trainer.state.worker_alive)
+        app = api.build_app(self.secret)
+        self.membership.add_routes(app)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, sock, ssl_context=_server_ssl(self.cfg), shutdown_timeout=1.0).start()
+        log.info("node %s listening on %s (state in %s)", self.node_id, self.addr, self.state_dir)
+        code = 0
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.trainer.run(), name="trainer")
+                tg.create_task(self._stopper(), name="stopper")
+                tg.create_task(self._join(), name="join")
+                tg.create_task(self._supervised("membership", self.membership.run), name="membership")
+                tg.create_task(self._supervised("exchange", self.exchange.run), name="exchange")
+                tg.create_task(self._supervised("checkpointer", self._checkpointer), name="checkpointer")
+                tg.create_task(self._member_gauges(), name="member-gauges")
+                tg.create_task(notify.watchdog_loop(), name="watchdog")
+        except* ShutdownRequested:
+            log.info("stopped cleanly")
+        except* WorkerFailed as eg:
+            log.error("the training worker cannot run: %s", eg.exceptions[0])
+            code = 1
+        except* JoinError as eg:
+            log.error("%s", eg.exceptions[0])
+            code = 1
+        finally:
+            await self.trainer.stop(checkpoint=False, timeout=1.0)
+            await runner.cleanup()
+            await self.client.close()
+        return code

@@ -1,0 +1,65 @@
+"""Server-side pieces shared by every endpoint: signature checking and msgpack handlers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from p2pnode.net.auth import verify
+from p2pnode.net.client import MSGPACK
+
+log = logging.getLogger("p2pnode.http")
+
+#: paths that answer without a signature: health checks and scraping come from outside the cluster
+OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+MAX_MESSAGE = 1024 * 1024  # membership and control messages are small
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def auth_middleware(secret: bytes) -> Any:
+    """Reject unsigned or badly signed requests before any body is decoded."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        body = await request.read()  # bounded by client_max_size: 413 beyond it
+        if not verify(secret, request.method, request.path_qs, body, request.headers):
+            return web.json_response({"error": "missing or bad signature"}, status=401)
+        return await handler(request)
+
+    return middleware
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def msgpack_handler(fn: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> Handler:
+    """Turn ``async fn(message) -> reply`` into a handler: strict decoding, 400 on bad input."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.content_length is not None and request.content_length > MAX_MESSAGE:
+            return error(413, f"message over {MAX_MESSAGE} bytes")
+        body = await request.read()
+        if len(body) > MAX_MESSAGE:
+            return error(413, f"message over {MAX_MESSAGE} bytes")
+        try:
+            msg = msgpack.unpackb(body, raw=False, strict_map_key=True, max_bin_len=MAX_MESSAGE,
+                                  max_str_len=MAX_MESSAGE, max_array_len=65536, max_map_len=65536)
+        except Exception as exc:  # msgpack raises several unrelated types on garbage
+            return error(400, f"undecodable message: {exc.__class__.__name__}")
+        if not isinstance(msg, dict):
+            return error(400, "message must be a map")
+        try:
+            reply = await fn(msg)
+        except ValueError as exc:
+            return error(400, str(exc))
+        return web.Response(body=msgpack.packb(reply, use_bin_type=True), content_type=MSGPACK)
+
+    return handler

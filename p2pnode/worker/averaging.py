@@ -1,0 +1,33 @@
+"""Averaging a peer's model into ours (Algorithm 1, line 20, and the paper's contribution rule).
+
+"mean" is the paper's x <- (x + x_peer) / 2. "contribution" is the paper's loss-weighted rule,
+which it describes but gives no formula for; we weight each model by the other's loss,
+w_peer = loss_self / (loss_self + loss_peer): equal losses give 1/2 (the mean), a peer with a
+much lower loss pulls harder. The weight is clamped to [0.1, 0.9] so no single exchange wipes
+out either model, and falls back to 1/2 when either loss is unknown.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def peer_weight(rule: str, own_loss: float, peer_loss: float) -> float:
+    if rule == "mean":
+        return 0.5
+    if rule != "contribution":
+        raise ValueError(f"unknown averaging rule {rule!r}")
+    if not (math.isfinite(own_loss) and math.isfinite(peer_loss)) or own_loss + peer_loss <= 0:
+        return 0.5
+    return min(0.9, max(0.1, own_loss / (own_loss + peer_loss)))
+
+
+@torch.no_grad()
+def average_into(model: nn.Module, peer: dict[str, torch.Tensor], weight: float) -> None:
+    """x <- (1 - w) x + w x_peer over every floating state entry (weights and BN statistics)."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point():
+            tensor.mul_(1.0 - weight).add_(peer[name].view_as(tensor), alpha=weight)

@@ -1,0 +1,162 @@
+"""The worker process: train, publish, average in what the daemon hands over.
+
+Started with the ``spawn`` method so it shares nothing with the daemon but one pipe. It never
+waits on the network: peer payloads arrive already fetched, and are taken between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import signal
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from p2pnode import checkpoint
+from p2pnode.compression.registry import build_sparsifier
+from p2pnode.config import Config
+from p2pnode.data import DataError
+from p2pnode.models import fingerprint
+from p2pnode.wire.codec import ArchitectureMismatch, ModelSpec, NonFiniteError, PayloadError
+from p2pnode.wire.replica import ReplicaCache, ReplicaGap
+from p2pnode.worker import messages as m
+from p2pnode.worker.averaging import average_into, peer_weight
+from p2pnode.worker.public import PublicCopy, floating_state
+from p2pnode.worker.training import LocalTrainer
+
+log = logging.getLogger("p2pnode.worker")
+
+
+class Worker:
+    def __init__(self, conn: Connection, cfg: Config, node_id: str) -> None:
+        self.conn = conn
+        self.cfg = cfg
+        self.node_id = node_id
+        self.ckpt_path = Path(cfg.node.state_dir) / checkpoint.CHECKPOINT_NAME
+        self.trainer = LocalTrainer(cfg)
+        state = checkpoint.load(self.ckpt_path)
+        version = 0
+        if state is not None:
+            self.trainer.load_state_dict(state)
+            version = int(state.get("version", 0))
+        self.resumed = state is not None
+        model = self.trainer.model
+        self.spec = ModelSpec.from_state_dict(floating_state(model), fingerprint(model))
+        self.public = PublicCopy(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
+                                 secrets.token_hex(6), version, cfg.compression.value_dtype)
+        self.replicas = ReplicaCache(cfg.exchange.max_replicas)
+        self.running = True
+        self.dirty = False
+
+    def send(self, msg: m.Message) -> None:
+        self.conn.send_bytes(m.encode(msg))
+
+    def hello(self) -> None:
+        t = self.trainer
+        self.send(m.Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
+                          step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
+                          resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters())))
+
+    def save_checkpoint(self, token: int) -> None:
+        state: dict[str, Any] = self.trainer.state_dict()
+        state["version"] = self.public.version
+        try:
+            checkpoint.save(self.ckpt_path, state)
+            self.send(m.Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path)))
+        except OSError as exc:
+            self.send(m.Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path), ok=False,
+                                     detail=str(exc)))
+
+    def on_peer(self, msg: m.PeerPayload) -> None:
+        reason = ""
+        try:
+            replica = self.replicas.apply(msg.peer, msg.data, self.spec, self.cfg.http.max_payload_bytes)
+        except ArchitectureMismatch as exc:
+            reason, detail = "architecture", str(exc)
+        except NonFiniteError as exc:
+            reason, detail = "non-finite", str(exc)
+        except ReplicaGap as exc:
+            reason, detail = "gap", str(exc)
+        except PayloadError as exc:
+            reason, detail = "malformed", str(exc)
+        if reason:
+            self.send(m.Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=detail[:300]))
+            return
+        weight = msg.weight if msg.weight >= 0 else peer_weight(
+            self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss)
+        average_into(self.trainer.model, replica.tensors, weight)
+        self.dirty = True
+        self.send(m.Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
+                            version=replica.version, weight=weight))
+
+    def evaluate(self, samples: int) -> None:
+        acc, loss, n = self.trainer.evaluate(samples)
+        self.send(m.Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n))
+
+    def handle(self, msg: m.Message) -> None:
+        if isinstance(msg, m.PeerPayload):
+            self.on_peer(msg)
+        elif isinstance(msg, m.Checkpoint):
+            self.save_checkpoint(msg.token)
+        elif isinstance(msg, m.Evaluate):
+            self.evaluate(msg.samples)
+        elif isinstance(msg, m.Stop):
+            if msg.checkpoint:
+                self.save_checkpoint(msg.token)
+            else:  # still answer, so the daemon need not wait out a timeout
+                self.send(m.Checkpointed(token=msg.token, step=self.trainer.step, path="", ok=False,
+                                         detail="not asked for"))
+            self.running = False
+
+    def step(self) -> None:
+        t, c = self.trainer, self.cfg
+        loss = t.train_step()
+        if t.step % c.compression.publish_every == 0:
+            self.send(m.Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        self.send(m.Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now()))
+        every = c.training.eval_every
+        if every and t.step % every == 0:
+            self.evaluate(c.training.eval_samples)
+        if t.done:
+            self.evaluate(0)  # the final figure on the whole test set
+
+    def publish_averaged(self) -> None:
+        """After training ends, keep publishing what averaging changed, at a gentle pace."""
+        t = self.trainer
+        self.dirty = False
+        self.send(m.Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+
+    def loop(self) -> None:
+        last_idle_publish = 0.0
+        while self.running:
+            idle = self.trainer.done
+            # Between steps take everything waiting; when training is over, block briefly.
+            while self.running and self.conn.poll(0.05 if idle else 0):
+                self.handle(m.decode(self.conn.recv_bytes()))
+                idle = False
+            if not self.running:
+                break
+            if not self.trainer.done:
+                self.step()
+            elif self.dirty and time.monotonic() - last_idle_publish > 1.0:
+                last_idle_publish = time.monotonic()
+                self.publish_averaged()
+
+
+def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
+    """Entry point of the spawned process."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
+    cfg = Config.from_dict(cfg_dict)
+    logging.basicConfig(level=cfg.node.log_level.upper(), format="%(asctime)s worker %(levelname)s %(message)s")
+    try:
+        worker = Worker(conn, cfg, node_id)
+    except (DataError, checkpoint.CheckpointError, ValueError) as exc:
+        conn.send_bytes(m.encode(m.Failed(detail=str(exc))))
+        return
+    try:
+        worker.hello()
+        worker.loop()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the daemon is gone: nothing left to train for

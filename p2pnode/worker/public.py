@@ -1,0 +1,62 @@
+"""This node's public copy x_hat and the sparse deltas that publish it (CHOCO-Gossip).
+
+publish: q = C(x - x_hat) per tensor with the configured sparsifier; x_hat += q; version += 1.
+What C leaves out stays in x - x_hat and goes out in a later publish, so nothing is lost.
+x_hat is updated with exactly the values put on the wire (after float16 rounding when that is
+the wire type), so every replica built from the wire equals it bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from p2pnode.compression.base import Sparsifier
+from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode
+
+
+def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The state entries that are averaged and published: floating point only."""
+    return {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+
+
+class PublicCopy:
+    def __init__(self, model: nn.Module, spec: ModelSpec, sparsifier: Sparsifier, node_id: str,
+                 epoch: str, version: int, value_dtype: str = "float32") -> None:
+        self.model = model
+        self.spec = spec
+        self.sparsifier = sparsifier
+        self.node_id = node_id
+        self.epoch = epoch
+        self.version = version
+        self.value_dtype = value_dtype
+        self.xhat = {k: v.detach().reshape(-1).clone().float() for k, v in floating_state(model).items()}
+
+    def _header(self, kind: str, base: int, step: int, loss: float) -> Header:
+        return Header(kind=kind, fingerprint=self.spec.fingerprint, node_id=self.node_id, epoch=self.epoch,
+                      base_version=base, version=self.version, step=step, loss=loss,
+                      specs=list(self.spec.tensors))
+
+    def snapshot(self, step: int, loss: float) -> bytes:
+        tensors = {k: v.numpy() for k, v in self.xhat.items()}
+        return encode(Snapshot(self._header("snapshot", self.version, step, loss), tensors))
+
+    @torch.no_grad()
+    def publish(self, step: int, loss: float) -> bytes:
+        entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        current = floating_state(self.model)
+        for name, xhat in self.xhat.items():
+            diff = current[name].reshape(-1).float() - xhat
+            idx = self.sparsifier.select(diff)
+            if idx.numel() == 0:
+                continue
+            idx = torch.sort(idx).values
+            values = diff[idx]
+            if self.value_dtype == "float16":
+                values = values.half().float()
+            xhat.index_add_(0, idx, values)
+            entries[name] = (idx.numpy().astype(np.uint32), values.numpy())
+        base = self.version
+        self.version += 1
+        return encode(Delta(self._header("delta", base, step, loss), entries), value_dtype=self.value_dtype)

@@ -1,0 +1,129 @@
+"""Local training on this node's shard: the paper's steps 1-5 (sample, gradient, per-layer
+threshold mask, momentum SGD step), plus evaluation. No networking here."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from p2pnode import data as datasets
+from p2pnode.compression.pipeline import GradientPipeline
+from p2pnode.config import Config, parse_shard
+from p2pnode.models import build_model
+
+
+def load_splits(cfg: Config) -> tuple[datasets.Split, datasets.Split]:
+    t = cfg.training
+    source = Path(t.data_dir) if t.data_dir else None
+    if t.data == "fashion-mnist":
+        train, test = datasets.fashion_mnist(True, source), datasets.fashion_mnist(False, source)
+    elif t.data == "cifar10":
+        assert source is not None
+        train, test = datasets.cifar10(True, source), datasets.cifar10(False, source)
+    else:
+        shape = (1, 28, 28) if t.model == "cnn" else (3, 32, 32)
+        train = datasets.synthetic(t.synthetic_samples, seed=1, shape=shape)
+        test = datasets.synthetic(max(256, t.synthetic_samples // 4), seed=2, shape=shape)
+    index, count = parse_shard(t.shard)
+    return datasets.shard(train, index, count), test
+
+
+class LocalTrainer:
+    """Model, optimizer, gradient compression and the shard, stepped one batch at a time."""
+
+    def __init__(self, cfg: Config) -> None:
+        t = cfg.training
+        self.cfg = cfg
+        torch.set_num_threads(t.threads)
+        shard_index, _ = parse_shard(t.shard)
+        torch.manual_seed(t.seed * 1000 + shard_index)
+        self.train_split, self.test_split = load_splits(cfg)
+        in_channels = int(self.train_split.images.shape[1])
+        self.model = build_model(t.model, in_channels=in_channels)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
+                                         weight_decay=t.weight_decay)
+        self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
+        self.step = 0
+        self.samples = 0
+        self.loss_ema = float("nan")
+        self._gen = torch.Generator().manual_seed(t.seed * 7919 + shard_index)
+        self._order = torch.randperm(len(self.train_split), generator=self._gen)
+        self._pos = 0
+
+    @property
+    def done(self) -> bool:
+        limit = self.cfg.training.max_samples
+        return bool(limit) and self.samples >= limit
+
+    def lr_now(self) -> float:
+        t = self.cfg.training
+        if t.lr_schedule == "cosine" and t.max_samples:
+            frac = min(1.0, self.samples / t.max_samples)
+            return t.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+        return t.lr
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        bs = self.cfg.training.batch_size
+        if self._pos + bs > len(self._order):
+            self._order = torch.randperm(len(self.train_split), generator=self._gen)
+            self._pos = 0
+        idx = self._order[self._pos:self._pos + bs]
+        self._pos += bs
+        return self.train_split.images[idx], self.train_split.labels[idx]
+
+    def train_step(self) -> float:
+        self.model.train()
+        images, labels = self._next_batch()
+        lr = self.lr_now()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(self.model(images), labels)
+        loss.backward()
+        self.gradients.begin_step()
+        for name, param in self.model.named_parameters():
+            if param.grad is not None:
+                param.grad.copy_(self.gradients.apply(name, param.grad))
+        self.optimizer.step()
+        self.step += 1
+        self.samples += int(labels.shape[0])
+        value = float(loss.detach())
+        self.loss_ema = value if math.isnan(self.loss_ema) else 0.95 * self.loss_ema + 0.05 * value
+        return value
+
+    @torch.no_grad()
+    def evaluate(self, limit: int = 0) -> tuple[float, float, int]:
+        """(accuracy, mean loss, images) on the first ``limit`` test images (0: all)."""
+        self.model.eval()
+        n = len(self.test_split) if not limit else min(limit, len(self.test_split))
+        correct, total_loss = 0, 0.0
+        for start in range(0, n, 1000):
+            x = self.test_split.images[start:min(n, start + 1000)]
+            y = self.test_split.labels[start:min(n, start + 1000)]
+            out = self.model(x)
+            total_loss += float(F.cross_entropy(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
+        return correct / max(1, n), total_loss / max(1, n), n
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "gradients": self.gradients.state_dict(),
+            "step": self.step,
+            "samples": self.samples,
+            "loss_ema": self.loss_ema,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if "gradients" in state:
+            self.gradients.load_state_dict(state["gradients"])
+        self.step = int(state["step"])
+        self.samples = int(state["samples"])
+        self.loss_ema = float(state.get("loss_ema", float("nan")))
