@@ -116,7 +116,10 @@ class PublicModel:
         (deltas of another epoch cannot be served). Raises PayloadError on a bad snapshot."""
         if isinstance(snapshot, Snapshot):
             # validate an in-memory payload exactly as one off the wire
-            snapshot = encode(snapshot, snapshot.header.value_dtype)
+            try:
+                snapshot = encode(snapshot, snapshot.header.value_dtype)
+            except ValueError as exc:
+                raise PayloadError(str(exc)) from None
         payload = decode(snapshot, self.spec, max_bytes=len(snapshot))
         if not isinstance(payload, Snapshot):
             raise PayloadError("reset needs a snapshot")

@@ -77,8 +77,13 @@ class Replica:
             if h.base_version != self.version:
                 raise ReplicaGap(f"delta base {h.base_version} != replica {self.version}")
         if validate:  # the wire checks, for payloads that did not come off the wire
-            payload = decode(encode(payload, h.value_dtype), self.spec,
-                             max_bytes=DEFAULT_MAX_BYTES * 64)
+            try:
+                data = encode(payload, h.value_dtype)
+            except PayloadError:
+                raise
+            except ValueError as exc:
+                raise PayloadError(str(exc)) from None
+            payload = decode(data, self.spec, max_bytes=len(data))
         if isinstance(payload, Snapshot):
             arrays = {s.name: np.array(payload.tensors[s.name], dtype=np.float32, copy=True)
                       for s in self.spec.tensors}
