@@ -65,6 +65,8 @@ class HttpApi:
         if publisher is None:
             return error(503, "model not ready")
         result = await asyncio.to_thread(publisher.serve, since, epoch)
+        if result.status == 503:
+            return error(503, "nothing published yet")
         headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind}
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
