@@ -134,7 +134,7 @@ class Header:
     base_version: int = -1
     version: int
     step: int = 0
-    loss: float = 0.0
+    loss: float = 0.0  # NaN: unknown yet; never infinite
     specs: list[TensorSpec] = field(default_factory=list)
     op: str = "add"  # deltas only
     value_dtype: str = "float32"  # set by decode: how the values travelled
@@ -204,6 +204,8 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
         raise ValueError(f"unknown value dtype {value_dtype!r}")
     vdt = VALUE_DTYPES[value_dtype]
     kind = "snapshot" if isinstance(payload, Snapshot) else "delta"
+    if math.isinf(h.loss):
+        raise ValueError("infinite loss")
     if h.kind != kind:
         raise ValueError(f"header kind {h.kind!r} on a {kind}")
     obj: dict[str, Any] = {
@@ -365,8 +367,8 @@ def decode(data: bytes, expect: ModelSpec | None = None,
             raise PayloadError("snapshot base version must be -1 or its version")
         op = "add"
     loss = float(_field(obj, "loss", (float, int)))
-    if not math.isfinite(loss):
-        raise NonFiniteError("non-finite loss")
+    if math.isinf(loss):  # NaN is allowed: "no loss yet" (a node that has not trained)
+        raise NonFiniteError("infinite loss")
     vdt_name = obj["vdt"]
     if vdt_name not in VALUE_DTYPES:
         raise PayloadError("unknown value dtype")
