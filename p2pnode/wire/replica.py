@@ -79,9 +79,7 @@ class Replica:
         if validate:  # the wire checks, for payloads that did not come off the wire
             try:
                 data = encode(payload, h.value_dtype)
-            except PayloadError:
-                raise
-            except ValueError as exc:
+            except ValueError as exc:  # the encoder's own refusal
                 raise PayloadError(str(exc)) from None
             payload = decode(data, self.spec, max_bytes=len(data))
         if isinstance(payload, Snapshot):
