@@ -1,0 +1,308 @@
+"""SWIM's state machine: what a node does with news, without any I/O.
+
+``SwimCore`` holds the member table, the piggyback queue, the running suspicions and the
+local health score, and applies member updates (alive / suspect / dead / left) under the
+ordering rules of state.py, with the memberlist refinements:
+
+* news that this node is suspect, dead or left (at its current incarnation or later) is
+  refuted: the node raises its incarnation past the accusation and gossips ``alive``;
+* a suspicion starts a Lifeguard timer (suspicion.py); further suspicions of the same member
+  from other nodes confirm it and shrink the timer; when it runs out the member is ``dead``;
+* every accepted update is queued to be piggybacked onward, and ``join`` / ``fail`` /
+  ``leave`` / ``recover`` events go to subscribers.
+
+node.py adds the network: probes, gossip, push-pull, join and leave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+
+from p2pnode.membership.base import EventKind, Member, Membership, MemberState
+from p2pnode.membership.swim.awareness import Awareness
+from p2pnode.membership.swim.broadcast import BroadcastQueue, update_size
+from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.membership.swim.messages import Alive, Dead, Left, Record, Suspect, Update
+from p2pnode.membership.swim.metrics import SwimMetrics
+from p2pnode.membership.swim.state import ALIVE, DEAD, LEFT, SUSPECT, MemberTable
+from p2pnode.membership.swim.suspicion import Suspicion
+
+log = logging.getLogger("p2pnode.membership.swim")
+
+
+class SwimCore(Membership):
+    def __init__(self, node_id: str, addr: str, config: SwimConfig, incarnation: int, metrics: SwimMetrics,
+                 rng: random.Random, on_incarnation: Callable[[int], None] | None) -> None:
+        super().__init__()
+        self.config = config
+        self.node_id = node_id
+        self.addr = addr
+        self.metrics = metrics
+        self.rng = rng
+        self._on_incarnation = on_incarnation
+        self.local = Member(node_id, addr, ALIVE, incarnation, self._now())
+        self.table = MemberTable(self.local, config.max_members)
+        self.broadcasts = BroadcastQueue(lambda: config.retransmit_limit(self.table.live_count()))
+        self.awareness = Awareness(config.awareness_max_multiplier)
+        self.suspicions: dict[str, Suspicion] = {}
+        self.leaving = False
+        #: shuffled round-robin probe order (memberlist: nodes list + probeIndex)
+        self._probe_order: list[str] = []
+        self._probe_index = 0
+        self._gossip_now = asyncio.Event()
+        self.broadcasts.enqueue(Alive(node_id, incarnation, addr))
+        metrics.incarnation.set(incarnation)
+        self._members_changed()
+
+    # --- reads (the Membership interface) -------------------------------------------------
+
+    @property
+    def incarnation(self) -> int:
+        return self.local.incarnation
+
+    def alive_peers(self) -> list[Member]:
+        return [copy.copy(m) for m in self.table.others(ALIVE)]
+
+    def members(self) -> list[Member]:
+        return sorted((copy.copy(m) for m in self.table), key=lambda m: m.node_id)
+
+    def member(self, node_id: str) -> Member | None:
+        m = self.table.get(node_id)
+        return copy.copy(m) if m is not None else None
+
+    def status(self) -> dict[str, object]:
+        now = self._now()
+        members = []
+        for m in sorted(self.table, key=lambda m: m.node_id):
+            entry = m.to_json()
+            entry["since_s"] = round(max(0.0, now - m.changed_at), 3)
+            members.append(entry)
+        return {"protocol": "swim", "node_id": self.node_id, "addr": self.addr,
+                "incarnation": self.local.incarnation, "health_score": self.awareness.score,
+                "leaving": self.leaving, "counts": {str(s): n for s, n in self.table.counts().items()},
+                "queued_updates": len(self.broadcasts), "members": members}
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> float:
+        try:
+            return asyncio.get_running_loop().time()
+        except RuntimeError:
+            return time.monotonic()
+
+    def _members_changed(self) -> None:
+        self.metrics.set_members(self.table.counts())
+
+    def _emit_copy(self, kind: EventKind, member: Member) -> None:
+        self._emit(kind, copy.copy(member))
+
+    def _schedule_probe(self, node_id: str) -> None:
+        """A new (or returning) member gets a random slot in the rest of this probe round."""
+        self._probe_order.insert(self.rng.randint(self._probe_index, len(self._probe_order)), node_id)
+
+    def next_probe_target(self) -> Member | None:
+        """Shuffled round-robin: every member is probed once per pass over the list."""
+        for _ in range(2):
+            while self._probe_index < len(self._probe_order):
+                m = self.table.get(self._probe_order[self._probe_index])
+                self._probe_index += 1
+                if m is not None and m is not self.local and m.state in (ALIVE, SUSPECT):
+                    return m
+            self._probe_order = [m.node_id for m in self.table.others(ALIVE, SUSPECT)]
+            self.rng.shuffle(self._probe_order)
+            self._probe_index = 0
+        return None
+
+    def piggyback(self, dest: str | None, budget: int | None = None) -> tuple[Update, ...]:
+        """Updates for one message to ``dest``: first what we hold against it (so a suspected
+        or dead-declared member learns it at once and can refute: the buddy rule), then the
+        least-sent queued updates, within the byte budget."""
+        budget = self.config.max_piggyback_bytes if budget is None else budget
+        out: list[Update] = []
+        m = self.table.get(dest) if dest is not None else None
+        if m is not None and m is not self.local and m.state in (SUSPECT, DEAD):
+            u: Update = (Suspect(m.node_id, m.incarnation, self.node_id) if m.state == SUSPECT
+                         else Dead(m.node_id, m.incarnation, self.node_id))
+            out.append(u)
+            budget -= update_size(u) + 1
+        out.extend(self.broadcasts.take(budget))
+        return tuple(out)
+
+    def records(self) -> tuple[Record, ...]:
+        return tuple(Record(m.node_id, m.addr, m.state, m.incarnation) for m in self.table)
+
+    # --- applying news ---------------------------------------------------------------------
+
+    def apply_all(self, updates: Iterable[Update], origin: str = "gossip") -> None:
+        for u in updates:
+            self.apply(u, origin)
+
+    def apply(self, u: Update, origin: str = "gossip") -> None:
+        if u.node == self.node_id:
+            self._about_self(u)
+        elif isinstance(u, Alive):
+            self._apply_alive(u)
+        elif isinstance(u, Suspect):
+            self._apply_suspect(u, origin)
+        elif isinstance(u, Dead):
+            self._apply_dead(u)
+        elif isinstance(u, Left):
+            self._apply_left(u)
+
+    def merge(self, records: Iterable[Record], sender: str) -> None:
+        """Push-pull merge (memberlist mergeState): alive and left are taken as they are; a
+        remote *dead* or *suspect* only makes us suspect, so one node's stale view cannot
+        kill a member outright here, and a wrongly accused member gets to refute."""
+        for r in records:
+            if r.state == ALIVE:
+                self.apply(Alive(r.node, r.incarnation, r.addr))
+            elif r.state == LEFT:
+                self.apply(Left(r.node, r.incarnation))
+            else:
+                self.apply(Suspect(r.node, r.incarnation, sender))
+
+    def _about_self(self, u: Update) -> None:
+        me = self.local
+        if self.leaving:
+            return  # we are going; nothing to defend
+        if isinstance(u, Alive):
+            if u.incarnation > me.incarnation or (u.incarnation == me.incarnation and u.addr != me.addr):
+                self.refute(u.incarnation)
+        elif u.incarnation >= me.incarnation:  # suspect, dead or left: we are not
+            self.refute(u.incarnation)
+
+    def refute(self, accused_incarnation: int) -> None:
+        """Raise our incarnation past the accusation and tell everybody we are alive."""
+        me = self.local
+        me.incarnation = max(me.incarnation, accused_incarnation) + 1
+        self.metrics.refutations.inc()
+        self.metrics.incarnation.set(me.incarnation)
+        self.awareness.apply_delta(1)  # being suspected hints that we are the slow one
+        self.metrics.health.set(self.awareness.score)
+        self.broadcasts.enqueue(Alive(self.node_id, me.incarnation, self.addr))
+        self._gossip_now.set()
+        log.info("refuting a suspicion: incarnation now %d", me.incarnation)
+        if self._on_incarnation is not None:
+            try:
+                self._on_incarnation(me.incarnation)
+            except Exception:  # a persistence hiccup must not stop the protocol
+                log.exception("could not record incarnation %d", me.incarnation)
+
+    def _apply_alive(self, u: Alive) -> None:
+        t = self.table.apply(u.node, ALIVE, u.incarnation, u.addr, self._now())
+        if t is None:
+            return
+        self._cancel_suspicion(u.node)
+        self.broadcasts.enqueue(u)
+        if t.before in (None, LEFT, DEAD):
+            self.metrics.joins.inc()
+            self._schedule_probe(u.node)
+            self._emit_copy(EventKind.RECOVER if t.before == DEAD else EventKind.JOIN, t.member)
+            log.info("member %s (%s) %s, incarnation %d", u.node, u.addr,
+                     "joined" if t.before is None else f"is back ({t.before})", u.incarnation)
+        if t.state_changed:
+            self._members_changed()
+
+    def _apply_suspect(self, u: Suspect, origin: str) -> None:
+        m = self.table.get(u.node)
+        if m is None or u.incarnation < m.incarnation:
+            return
+        running = self.suspicions.get(u.node)
+        if running is not None and m.state == SUSPECT:
+            if u.incarnation > m.incarnation:
+                m.incarnation = u.incarnation
+            if running.confirm(u.sender):  # an independent confirmation: pass it on
+                self.broadcasts.enqueue(u)
+            return
+        t = self.table.apply(u.node, SUSPECT, u.incarnation, None, self._now())
+        if t is None:
+            return
+        self.broadcasts.enqueue(u)
+        if t.state_changed:
+            self.metrics.suspicions.labels(origin).inc()
+            self._members_changed()
+            log.info("member %s suspected by %s (incarnation %d)", u.node, u.sender, u.incarnation)
+        self._start_suspicion(u.node, u.sender)
+
+    def _start_suspicion(self, node_id: str, sender: str) -> None:
+        self._cancel_suspicion(node_id)
+        n = self.table.live_count()
+        low, high = self.config.suspicion_timeouts(n)
+        k = self.config.suspicion_confirmations(n)
+
+        def expired(confirmations: int) -> None:
+            self.suspicions.pop(node_id, None)
+            m = self.table.get(node_id)
+            if m is not None and m.state == SUSPECT:
+                log.info("member %s declared dead: suspicion timed out (%d confirmations)", node_id, confirmations)
+                self._apply_dead(Dead(node_id, m.incarnation, self.node_id))
+
+        self.suspicions[node_id] = Suspicion(sender, k, low, high, expired)
+
+    def restart_suspicions(self) -> None:
+        """Give every suspect member a timer (after ``run()`` restarts, which cancels them)."""
+        for m in self.table.others(SUSPECT):
+            if m.node_id not in self.suspicions:
+                self._start_suspicion(m.node_id, self.node_id)
+
+    def _cancel_suspicion(self, node_id: str) -> None:
+        s = self.suspicions.pop(node_id, None)
+        if s is not None:
+            s.cancel()
+
+    def cancel_suspicions(self) -> None:
+        for node_id in list(self.suspicions):
+            self._cancel_suspicion(node_id)
+
+    def _apply_dead(self, u: Dead) -> None:
+        t = self.table.apply(u.node, DEAD, u.incarnation, None, self._now())
+        if t is None:
+            return
+        self._cancel_suspicion(u.node)
+        self.broadcasts.enqueue(u)
+        if t.state_changed:
+            self.metrics.deaths.inc()
+            self._members_changed()
+            self._emit_copy(EventKind.FAIL, t.member)
+            log.warning("member %s (%s) is dead (incarnation %d, by %s)", u.node, t.member.addr, u.incarnation,
+                        u.sender)
+
+    def _apply_left(self, u: Left) -> None:
+        t = self.table.apply(u.node, LEFT, u.incarnation, None, self._now())
+        if t is None:
+            return
+        self._cancel_suspicion(u.node)
+        self.broadcasts.enqueue(u)
+        if t.state_changed:
+            self.metrics.leaves.inc()
+            self._members_changed()
+            self._emit_copy(EventKind.LEAVE, t.member)
+            log.info("member %s (%s) left", u.node, t.member.addr)
+
+    def mark_left(self) -> Left:
+        """This node leaves: from now on it refutes nothing and probes nobody."""
+        self.leaving = True
+        self.local.state = LEFT
+        self.local.changed_at = self._now()
+        u = Left(self.node_id, self.local.incarnation)
+        self.broadcasts.enqueue(u)
+        self._members_changed()
+        return u
+
+    def reap(self) -> None:
+        gone = self.table.reap(self._now(), self.config.dead_reap_time, self.config.left_reap_time)
+        for m in gone:
+            self._cancel_suspicion(m.node_id)
+        if gone:
+            self._members_changed()
+            log.info("forgot %d long-gone member(s)", len(gone))
+
+    def is_member_state(self, node_id: str, *states: MemberState) -> bool:
+        m = self.table.get(node_id)
+        return m is not None and m.state in states
