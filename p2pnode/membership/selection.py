@@ -3,12 +3,16 @@
 - ``random``: uniform over alive peers (the paper).
 - ``ring``: the next member after us in the sorted member list, so every node has one steady
   partner and models flow around the ring.
-- ``exponential``: the time-varying one-peer exponential graph (Ying et al. 2021): in round r,
-  node i talks to the member at offset 2^(r mod ceil(log2 n)) from itself in the sorted list of
-  members (itself included). With n a power of two, log2 n rounds average exactly.
+- ``exponential``: the time-varying one-peer exponential graph (Ying et al., "Exponential graph
+  is provably efficient for decentralized deep training", NeurIPS 2021): in round r, node i
+  talks to the member at offset 2^(r mod ceil(log2 n)) from itself in the sorted list of
+  members (itself included). With n a power of two, log2 n rounds of pairwise averaging along
+  those edges average exactly: every node ends with the global mean.
 
-Pure functions of (member list, own id, round, rng): no state of their own, so they work the
-same whatever membership protocol supplies the list.
+``choose_peer`` is a pure function of (member ids, own id, round, rng): no state of its own, so
+it works the same whatever membership protocol supplies the list, and every node computes the
+same graph from the same view without coordination. ``PeerSelector`` binds a strategy, the
+node's id and an RNG, and maps the choice back to a ``Member``.
 """
 
 from __future__ import annotations
@@ -22,35 +26,47 @@ from p2pnode.membership.base import Member
 STRATEGIES = ("random", "ring", "exponential")
 
 
-def _offset_peer(peers: Sequence[Member], self_id: str, offset: int) -> Member:
-    ids = sorted([p.node_id for p in peers] + [self_id])
-    me = ids.index(self_id)
-    target = ids[(me + offset) % len(ids)]
-    return next(p for p in peers if p.node_id == target)
-
-
 def exponential_offset(round_no: int, n: int) -> int:
     """2^(r mod ceil(log2 n)): 1, 2, 4, ... up to below n, then again."""
-    hops = max(1, math.ceil(math.log2(n)))
+    hops = max(1, math.ceil(math.log2(max(2, n))))
     return 2 ** (round_no % hops)
+
+
+def _check(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown peer selection {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def choose_peer(strategy: str, members: Sequence[str], self_id: str, round_no: int,
+                rng: random.Random) -> str | None:
+    """The id to talk to in round ``round_no``; ``members`` may or may not include ``self_id``.
+
+    None when there is nobody else.
+    """
+    _check(strategy)
+    ids = sorted(set(members) | {self_id})
+    n = len(ids)
+    if n < 2:
+        return None
+    if strategy == "random":
+        return rng.choice([m for m in ids if m != self_id])
+    me = ids.index(self_id)
+    offset = 1 if strategy == "ring" else exponential_offset(round_no, n) % n or 1
+    return ids[(me + offset) % n]
 
 
 class PeerSelector:
     def __init__(self, strategy: str, self_id: str, rng: random.Random | None = None) -> None:
-        if strategy not in STRATEGIES:
-            raise ValueError(f"unknown peer selection {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+        _check(strategy)
         self.strategy = strategy
         self.self_id = self_id
         self.rng = rng or random.Random()
 
     def choose(self, peers: Sequence[Member], round_no: int) -> Member:
         """One of ``peers`` (alive members other than us; must not be empty)."""
-        if not peers:
+        by_id = {p.node_id: p for p in peers if p.node_id != self.self_id}
+        if not by_id:
             raise ValueError("no peers to choose from")
-        if self.strategy == "random":
-            return self.rng.choice(list(peers))
-        if self.strategy == "ring":
-            return _offset_peer(peers, self.self_id, 1)
-        n = len(peers) + 1
-        offset = exponential_offset(round_no, n) % n or 1
-        return _offset_peer(peers, self.self_id, offset)
+        chosen = choose_peer(self.strategy, sorted(by_id), self.self_id, round_no, self.rng)
+        assert chosen is not None
+        return by_id[chosen]
