@@ -39,11 +39,12 @@ class GaussianK(Sparsifier):
         k = kept_count(n, self.density)
         if k >= n:
             return torch.arange(n)
-        std, mean = torch.std_mean(flat)
-        mu = float(mean)
-        centred = flat - mu if mu != 0.0 else flat
-        a = self._scratch.abs(centred)
-        thr = float(std) * NormalDist().inv_cdf(1.0 - 0.5 * k / n)
+        mu = float(flat.mean())
+        a = self._scratch.abs(flat)
+        if mu != 0.0:  # |x - mu| into the same scratch buffer, no temporary
+            torch.sub(flat, mu, out=a).abs_()
+        std = float(torch.linalg.vector_norm(a)) / max(1, n - 1) ** 0.5
+        thr = std * NormalDist().inv_cdf(1.0 - 0.5 * k / n)
         mask = self._scratch.ge(a, thr)
         for _ in range(3):
             count = count_true(mask)
