@@ -120,7 +120,7 @@ def synthetic(n: int, seed: int = 0, shape: tuple[int, int, int] = (1, 28, 28), 
     patterns = torch.randn(classes, *shape, generator=gen)
     gen.manual_seed(seed)
     labels = torch.randint(0, classes, (n,), generator=gen)
-    images = patterns[labels] + 1.5 * torch.randn(n, *shape, generator=gen)
+    images = 0.35 * patterns[labels] + torch.randn(n, *shape, generator=gen)
     return Split(images, labels)
 
 

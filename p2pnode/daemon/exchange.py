@@ -118,6 +118,10 @@ class Exchange:
             self.totals.not_modified += 1
             self.metrics.exchanges.labels("not_modified").inc()
             return True
+        if resp.status == 503:  # alive, but its worker is (re)starting: not a failure
+            self.totals.skipped += 1
+            self.metrics.exchanges.labels("unavailable").inc()
+            return False
         if resp.status != 200:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False

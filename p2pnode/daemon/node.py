@@ -184,6 +184,7 @@ class Node:
 
     async def _join(self) -> None:
         assert self.membership is not None
+        await self.trainer.ready.wait()  # join once we can serve our model, not before
         seeds = list(dict.fromkeys(self.cfg.node.seeds + self._remembered_members()))
         seeds = [s for s in seeds if s != self.addr]
         if seeds:

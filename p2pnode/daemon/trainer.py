@@ -226,7 +226,7 @@ class Trainer:
         assert isinstance(snap, Snapshot)
         self.spec = ModelSpec(snap.header.fingerprint, list(snap.header.specs))
         publisher = PublicModel(self.spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size)
-        await asyncio.to_thread(publisher.reset, snap)
+        await asyncio.to_thread(publisher.reset, msg.snapshot)
         self.publisher = publisher
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True

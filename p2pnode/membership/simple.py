@@ -84,6 +84,8 @@ class SimpleMembership(Membership):
         member = self._members.get(node_id)
         if member is None:
             member = self._members[node_id] = Member(node_id, addr, MemberState.DEAD, incarnation, time.monotonic())
+        if member.state == MemberState.LEFT and incarnation <= member.incarnation:
+            return  # it said goodbye in this life; only a restart (higher incarnation) brings it back
         member.addr, member.incarnation = addr, max(member.incarnation, incarnation)
         self._failures[node_id] = 0
         self._set_state(member, MemberState.ALIVE)

@@ -78,9 +78,13 @@ class PeerClient:
                     declared = resp.content_length
                     if declared is not None and declared > self._max_body:
                         raise PeerError(f"{addr}: body of {declared} bytes is over the limit")
-                    data = await resp.content.read(self._max_body + 1)
-                    if len(data) > self._max_body:
-                        raise PeerError(f"{addr}: body over the limit of {self._max_body} bytes")
+                    chunks, total = [], 0
+                    async for chunk in resp.content.iter_chunked(1 << 16):
+                        total += len(chunk)
+                        if total > self._max_body:
+                            raise PeerError(f"{addr}: body over the limit of {self._max_body} bytes")
+                        chunks.append(chunk)
+                    data = b"".join(chunks)
                     self.bytes_sent += len(body)
                     self.bytes_received += len(data)
                     return Response(resp.status, data, dict(resp.headers))

@@ -4,7 +4,7 @@
 which it describes but gives no formula for; we weight each model by the other's loss,
 w_peer = loss_self / (loss_self + loss_peer): equal losses give 1/2 (the mean), a peer with a
 much lower loss pulls harder. The weight is clamped to [0.1, 0.9] so no single exchange wipes
-out either model, and falls back to 1/2 when either loss is unknown.
+out either model, and falls back to 1/2 when either loss is unknown (not finite, or -1 before the first step).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def peer_weight(rule: str, own_loss: float, peer_loss: float) -> float:
         return 0.5
     if rule != "contribution":
         raise ValueError(f"unknown averaging rule {rule!r}")
-    if not (math.isfinite(own_loss) and math.isfinite(peer_loss)) or own_loss + peer_loss <= 0:
+    if not (math.isfinite(own_loss) and math.isfinite(peer_loss)) or own_loss <= 0 or peer_loss <= 0:
         return 0.5
     return min(0.9, max(0.1, own_loss / (own_loss + peer_loss)))
 

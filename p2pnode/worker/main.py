@@ -147,7 +147,10 @@ class Worker:
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
     """Entry point of the spawned process."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
+    # The daemon decides when we stop (Ctrl-C, `timeout` and systemd may signal the whole
+    # process group); if the daemon itself dies, the pipe closes and we exit on EOF.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     cfg = Config.from_dict(cfg_dict)
     logging.basicConfig(level=cfg.node.log_level.upper(), format="%(asctime)s worker %(levelname)s %(message)s")
     try:

@@ -8,6 +8,8 @@ the wire type), so every replica built from the wire equals it bit for bit.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -34,6 +36,7 @@ class PublicCopy:
         self.xhat = {k: v.detach().reshape(-1).clone().float() for k, v in floating_state(model).items()}
 
     def _header(self, kind: str, base: int, step: int, loss: float) -> Header:
+        loss = loss if math.isfinite(loss) else -1.0  # -1: not known yet (before the first step)
         return Header(kind=kind, fingerprint=self.spec.fingerprint, node_id=self.node_id, epoch=self.epoch,
                       base_version=base, version=self.version, step=step, loss=loss,
                       specs=list(self.spec.tensors))

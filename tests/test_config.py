@@ -1,0 +1,76 @@
+"""Config: TOML + CLI overrides, strict validation, one clear line and exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from p2pnode.cli import main
+from p2pnode.config import Config, ConfigError, load_file, merge, validate
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "conf" / "node.toml"
+
+
+def test_example_config_is_valid_and_matches_defaults() -> None:
+    cfg = Config()
+    merge(cfg, load_file(EXAMPLE))
+    validate(cfg)
+    assert cfg.to_dict() == Config().to_dict(), "conf/node.toml must document the defaults as they are"
+
+
+@pytest.mark.parametrize("data, fragment", [
+    ({"nodes": {}}, "unknown section [nodes]"),
+    ({"node": {"listn": "x"}}, "unknown key node.listn"),
+    ({"node": {"listen": "nowhere"}}, "node.listen"),
+    ({"training": {"lr": "fast"}}, "training.lr: expected a number"),
+    ({"training": {"lr": -1}}, "training.lr: must be > 0"),
+    ({"training": {"batch_size": 1.5}}, "training.batch_size: expected an integer"),
+    ({"training": {"shard": "3/3"}}, "training.shard"),
+    ({"training": {"model": "gpt"}}, "training.model"),
+    ({"exchange": {"averaging": "median"}}, "exchange.averaging"),
+    ({"compression": {"publish": "mean-threshold:bogus=1"}}, "compression.publish"),
+    ({"compression": {"gradient": "nosuch"}}, "compression.gradient"),
+    ({"membership": {"protocol": "raft"}}, "membership.protocol"),
+])
+def test_bad_values_are_named(data: dict, fragment: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Config.from_dict(data)
+    assert fragment in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_cli_overrides_file(tmp_path: Path) -> None:
+    from p2pnode.cli import build_config
+    import argparse
+
+    f = tmp_path / "n.toml"
+    f.write_text('[training]\nlr = 0.1\nshard = "1/4"\n[node]\nseeds = ["127.0.0.1:1"]\n')
+    ns = argparse.Namespace(config=str(f), seed=["127.0.0.1:2"], listen=None, advertise=None, state_dir=None,
+                            data=None, data_dir=None, model=None, shard="2/4", set=["training.lr=0.2"])
+    cfg = build_config(ns)
+    assert cfg.training.lr == 0.2 and cfg.training.shard == "2/4" and cfg.node.seeds == ["127.0.0.1:2"]
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("[training]\nlr = \n", "config file"),
+    ("[training]\nlearning_rate = 0.1\n", "unknown key training.learning_rate"),
+])
+def test_bad_config_file_exits_2_with_one_line(tmp_path: Path, content: str, fragment: str) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "p2pnode", "start", "--config", str(f),
+                           "--state-dir", str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert not (tmp_path / "s").exists(), "a bad config must change nothing"
+
+
+def test_missing_config_file_and_bad_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["start", "--config", str(tmp_path / "none.toml")]) == 2
+    assert main(["start", "--set", "training.lr"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and "SECTION.KEY=VALUE" in err
