@@ -1,0 +1,59 @@
+"""Final table of a demo run: each node's checkpoint evaluated on the whole test set, with the
+training and traffic figures from its last status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from p2pnode.checkpoint import CHECKPOINT_NAME, load
+from p2pnode.config import Config
+from p2pnode.worker.training import LocalTrainer
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("state_dirs", nargs="+")
+    ap.add_argument("--status", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    status = json.loads(Path(args.status).read_text())
+    by_dir = {}
+    for s in status["nodes"].values():
+        if s:
+            by_dir[s["node_id"]] = s
+    cfg = Config()
+    trainer = LocalTrainer(cfg)  # the test split and the model architecture
+    rows = []
+    for d in args.state_dirs:
+        state = load(Path(d) / CHECKPOINT_NAME)
+        ident = json.loads((Path(d) / "identity.json").read_text())
+        s = by_dir.get(ident["node_id"], {})
+        if state is None:
+            rows.append((Path(d).name, None, s))
+            continue
+        trainer.model.load_state_dict(state["model"])
+        acc, _, _ = trainer.evaluate(0)
+        rows.append((Path(d).name, acc, s))
+    print(f"\nwall time {status['elapsed_s']:.0f} s")
+    head = f"{'node':<7} {'test acc':>8} {'steps':>6} {'samples':>8} {'sent MB':>8} {'recv MB':>8} {'exch done':>9} {'skipped':>8}"
+    print(head)
+    print("-" * len(head))
+    total_bytes = 0
+    for name, acc, s in rows:
+        t, ex, b = s.get("training", {}), s.get("exchanges", {}), s.get("bytes", {})
+        sent, recv = b.get("model_served", 0), b.get("model_received", 0)
+        total_bytes += recv
+        accs = "-" if acc is None else f"{100 * acc:7.2f}%"
+        print(f"{name:<7} {accs:>8} {t.get('step', 0):>6} {t.get('samples', 0):>8} {sent / 1e6:>8.1f} "
+              f"{recv / 1e6:>8.1f} {ex.get('done', 0):>9} {ex.get('skipped', 0):>8}")
+    print(f"model bytes moved in all: {total_bytes / 1e6:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

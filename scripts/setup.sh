@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Shared set-up of the README's two commands: a .venv with the package and its test extra,
+# and (where apt exists and we are root) the Debian Fashion-MNIST package. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "== creating .venv"
+  "$PY" -m venv .venv
+fi
+# Install only when pyproject changed since the last install (a CUDA torch build is ~5 GB).
+stamp=.venv/.p2pnode-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c "import p2pnode, torch, torchvision" 2>/dev/null; then
+  echo "== installing p2pnode and its dependencies into .venv (first time: a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  # torch/torchvision: this kind of machine keeps wheels on disk that pip picks first.
+  .venv/bin/python -m pip install -q "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+  .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, lz4, uvloop, prometheus_client"
+  touch "$stamp"
+fi
+
+if [ "${P2PNODE_NEED_DATA:-0}" = 1 ] && [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "== installing Fashion-MNIST (Debian package dataset-fashion-mnist)"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null
+  else
+    echo "Fashion-MNIST is missing: run 'sudo apt-get install dataset-fashion-mnist'" >&2
+    exit 1
+  fi
+fi
