@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pnode.compression.wire import index_dtype, payload_bytes
+from p2pnode.compression.wire import ArraySpec, index_dtype, payload_bytes
 
 __all__ = [
     "Traits", "Ctx", "Compressor", "Sparsifier", "CompressionConfigError", "payload_bytes",
@@ -206,3 +206,9 @@ class Sparsifier(Compressor):
         out = torch.zeros(ctx.numel, dtype=ctx.dtype)
         out[payload["i"].long()] = payload["v"].to(ctx.dtype)
         return out.view(ctx.shape)
+
+    @staticmethod
+    def sparse_payload_bytes(count: int, numel: int, dtype: torch.dtype) -> int:
+        """Exact :func:`payload_bytes` of the index + value payload for ``count`` elements."""
+        return payload_bytes({"i": ArraySpec(index_dtype(numel), (count,)),
+                              "v": ArraySpec(dtype, (count,))})

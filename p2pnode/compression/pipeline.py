@@ -82,9 +82,8 @@ class GradientPipeline:
             return grad
         comp = self.compressor
         x = self.memory.compensate(name, grad)
-        payload, ctx = comp.compress(x, name)
-        self.last_payload_bytes += payload_bytes(payload)
-        out = comp.decompress(payload, ctx)
+        out, nbytes = comp.roundtrip(x, name)
+        self.last_payload_bytes += nbytes
         self.memory.update(name, x, out)
         return out
 

@@ -26,7 +26,7 @@ import torch
 
 __all__ = [
     "encode", "decode", "payload_bytes", "pack_bits", "unpack_bits", "pack_uint", "unpack_uint",
-    "index_dtype",
+    "index_dtype", "ArraySpec",
 ]
 
 _ND = "__nd__"
@@ -59,8 +59,27 @@ def _array_parts(a: Any) -> tuple[str, list[int], memoryview]:
     return name, shape, memoryview(arr.reshape(-1)).cast("B")
 
 
+class ArraySpec:
+    """Stands for an array of this dtype and shape in :func:`payload_bytes` (size only)."""
+
+    __slots__ = ("dtype", "shape")
+
+    def __init__(self, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+        self.dtype = dtype
+        self.shape = tuple(shape)
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def element_size(self) -> int:
+        return torch.empty(0, dtype=self.dtype).element_size()
+
+
 def _is_array(x: Any) -> bool:
-    return isinstance(x, (torch.Tensor, np.ndarray))
+    return isinstance(x, (torch.Tensor, np.ndarray, ArraySpec))
 
 
 def _default(obj: Any) -> Any:
@@ -103,8 +122,10 @@ def _bin_header(n: int) -> int:
 
 def _skeleton(x: Any, extra: list[int]) -> Any:
     if _is_array(x):
-        nbytes = (x.numel() * x.element_size()) if isinstance(x, torch.Tensor) else x.nbytes
-        name = _TORCH_TO_NAME[x.dtype] if isinstance(x, torch.Tensor) else x.dtype.name
+        if isinstance(x, np.ndarray):
+            nbytes, name = x.nbytes, x.dtype.name
+        else:
+            nbytes, name = x.numel() * x.element_size(), _TORCH_TO_NAME[x.dtype]
         extra.append(_bin_header(nbytes) - 2 + nbytes)  # b"" costs 2 bytes in the skeleton
         return {_ND: [name, list(x.shape), b""]}
     if isinstance(x, dict):
@@ -147,7 +168,9 @@ def unpack_bits(packed: torch.Tensor, n: int) -> torch.Tensor:
 def pack_uint(codes: torch.Tensor, width: int) -> torch.Tensor:
     """Unsigned codes < 2**width (1 <= width <= 8) -> uint8 stream of ``width`` bits each.
 
-    Widths dividing 8 use shifts on whole bytes; other widths go through numpy's bit arrays.
+    Eight codes fill exactly ``width`` bytes: they are shifted into one int64 (little-endian)
+    whose low ``width`` bytes are kept, so every width is vectorised, not only divisors of 8.
+    Output length: ceil(n * width / 8) bytes.
     """
     if not 1 <= width <= 8:
         raise ValueError(f"width must be 1..8, got {width}")
@@ -155,16 +178,12 @@ def pack_uint(codes: torch.Tensor, width: int) -> torch.Tensor:
     n = v.numel()
     if width == 8:
         return v.clone()
-    if 8 % width == 0:
-        per = 8 // width
-        pad = (-n) % per
-        if pad:
-            v = torch.cat([v, v.new_zeros(pad)])
-        v = v.view(-1, per).to(torch.int32)
-        shifts = torch.arange(per, dtype=torch.int32) * width
-        return (v << shifts).sum(dim=1).to(torch.uint8)
-    bits = np.unpackbits(v.numpy()[:, None], axis=1, bitorder="little")[:, :width]
-    return torch.from_numpy(np.packbits(bits.reshape(-1), bitorder="little"))
+    pad = (-n) % 8
+    if pad:
+        v = torch.cat([v, v.new_zeros(pad)])
+    words = (v.view(-1, 8).to(torch.int64) << (torch.arange(8, dtype=torch.int64) * width)).sum(dim=1)
+    packed = words.view(torch.uint8).view(-1, 8)[:, :width].reshape(-1)
+    return packed[: (n * width + 7) // 8].contiguous()
 
 
 def unpack_uint(packed: torch.Tensor, width: int, n: int) -> torch.Tensor:
@@ -174,12 +193,12 @@ def unpack_uint(packed: torch.Tensor, width: int, n: int) -> torch.Tensor:
     p = packed.reshape(-1).to(torch.uint8)
     if width == 8:
         return p[:n].clone()
-    if 8 % width == 0:
-        per = 8 // width
-        shifts = torch.arange(per, dtype=torch.uint8) * width
-        mask = (1 << width) - 1
-        codes = (p[:, None] >> shifts) & mask
-        return codes.reshape(-1)[:n].contiguous()
-    bits = np.unpackbits(p.numpy(), count=n * width, bitorder="little").reshape(n, width)
-    weights = (1 << np.arange(width, dtype=np.uint16)).astype(np.uint16)
-    return torch.from_numpy((bits.astype(np.uint16) @ weights).astype(np.uint8))
+    groups = (n + 7) // 8
+    need = groups * width
+    if p.numel() < need:
+        p = torch.cat([p, p.new_zeros(need - p.numel())])
+    b = torch.zeros(groups, 8, dtype=torch.uint8)
+    b[:, :width] = p[:need].view(groups, width)
+    words = b.view(torch.int64).view(groups, 1)
+    codes = (words >> (torch.arange(8, dtype=torch.int64) * width)) & ((1 << width) - 1)
+    return codes.reshape(-1)[:n].to(torch.uint8)

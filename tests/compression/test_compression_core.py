@@ -41,6 +41,18 @@ def test_roundtrip_shape_dtype_and_wire(spec: str, shape: tuple[int, ...]) -> No
         assert isinstance(comp, Sparsifier)
 
 
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_roundtrip_shortcut_matches_compress_decompress(spec: str) -> None:
+    """``roundtrip`` (what the pipeline calls; mean-threshold overrides it with a mask multiply)
+    gives the same tensor and the exact wire size of the payload."""
+    x = torch.randn(123, 45, generator=torch.Generator().manual_seed(4))
+    a, b = build(spec), build(spec)  # same seeds: same random draws
+    out, nbytes = a.roundtrip(x, "w")
+    payload, ctx = b.compress(x, "w")
+    assert torch.equal(out, b.decompress(payload, ctx))
+    assert nbytes == len(encode(payload))
+
+
 @pytest.mark.parametrize("spec", ["none", "fp16", "bf16", "topk:density=0.1", "ldte-bs", "qsgd",
                                   "signsgd", "powersgd", "mean-threshold"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
