@@ -4,7 +4,8 @@
 304); ``POST /v1/model`` lets a peer push a payload to be averaged in. Bodies over
 ``http.max_request_bytes`` get 413 before anything is decoded; a payload the worker refuses
 gets 400 (malformed), 409 (no replica to apply a delta to) or 422 (another architecture,
-non-finite values), and changes nothing.
+non-finite values), and changes nothing. A bad query (``?since=abc``, no ``?from=``) gets 400.
+Every refusal is counted in ``p2pnode_payloads_rejected_total`` by reason.
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ class HttpApi:
         return app
 
     async def get_model(self, request: web.Request) -> web.StreamResponse:
-        since = _nonneg_int(request, "since")
+        try:
+            since = _nonneg_int(request, "since")
+        except web.HTTPBadRequest:
+            self.metrics.rejected.labels("bad-request").inc()
+            raise
         epoch = request.query.get("epoch") or None
         publisher = self.trainer.publisher
         if publisher is None:
@@ -81,6 +86,7 @@ class HttpApi:
             return error(413, f"body over {limit} bytes")
         peer = request.query.get("from", "")
         if not (0 < len(peer) <= 64 and peer.isprintable()):
+            self.metrics.rejected.labels("bad-request").inc()
             return error(400, "?from=NODE_ID is required")
         try:
             body = await request.read()
