@@ -208,7 +208,7 @@ class SwimMembership(SwimCore):
 
     def gossip_round(self) -> None:
         """Push queued updates to a few random members (fire-and-forget, bounded in flight)."""
-        if not self.broadcasts or self._gossip_in_flight >= 4 * self.config.gossip_nodes:
+        if not self.broadcasts or self._tg is None or self._gossip_in_flight >= 4 * self.config.gossip_nodes:
             return
         for m in self._gossip_targets():
             updates = self.piggyback(m.node_id)
