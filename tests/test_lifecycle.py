@@ -1,0 +1,69 @@
+"""A real daemon's life: graceful stop on SIGTERM / SIGINT, restart, and a killed training worker."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import wait_for
+from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
+from p2pnode.checkpoint import CHECKPOINT_NAME, load
+
+pytestmark = pytest.mark.slow
+
+
+def member_state(status: dict, node_id: str) -> str | None:
+    return next((m["state"] for m in status["members"] if m["node_id"] == node_id), None)
+
+
+def stop_and_time(node, sig: int) -> float:
+    started = time.monotonic()
+    node.signal(sig)
+    try:
+        code = node.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{node.name} still running 10 s after {signal.Signals(sig).name}")
+    took = time.monotonic() - started
+    assert code == 0, f"{node.name} exited with {code} after {signal.Signals(sig).name}"
+    return took
+
+
+def final_checkpoint_step(state_dir: Path) -> int:
+    state = load(state_dir / CHECKPOINT_NAME)
+    assert state is not None, "no checkpoint written"
+    return int(state["step"])
+
+
+@pytest.mark.timeout(90)
+def test_sigterm_and_sigint_stop_gracefully(cluster) -> None:
+    # b and c write checkpoints only at shutdown: a checkpoint file proves the final one was written.
+    a = cluster("a")
+    b = cluster("b", seeds=[a.addr], extra=["--set", "checkpoint.interval=0"])
+    c = cluster("c", seeds=[a.addr], extra=["--set", "checkpoint.interval=0"])
+    ids = {n.name: n.wait_ready()["node_id"] for n in (a, b, c)}
+    for n in (a, b, c):
+        wait_for(lambda n=n: all(member_state(n.status(), i) == "alive" for i in ids.values()), 15,
+                 f"{n.name} to see everyone")
+    for n in (b, c):
+        wait_for(lambda n=n: n.status()["training"]["step"] >= 5, 30, f"{n.name} to train")
+        assert not (n.state_dir / CHECKPOINT_NAME).exists()
+
+    took = {}
+    for n, sig, watchers in ((b, signal.SIGTERM, (a, c)), (c, signal.SIGINT, (a,))):
+        step_seen = n.status()["training"]["step"]
+        worker = worker_pid(n.proc.pid)
+        took[n.name] = stop_and_time(n, sig)
+        assert final_checkpoint_step(n.state_dir) >= step_seen > 0
+        assert not pid_alive(worker), f"the worker of {n.name} outlived its daemon"
+        for w in watchers:
+            wait_for(lambda w=w, n=n: member_state(w.status(), ids[n.name]) == "left", 5,
+                     f"{w.name} to list {n.name} as left")
+        assert "Traceback" not in n.log(), n.log()[-3000:]
+    assert a.proc.poll() is None and a.status()["training"]["worker_alive"]
+    print(f"stop took {took['b']:.2f} s (SIGTERM), {took['c']:.2f} s (SIGINT)")
+
+

@@ -1,0 +1,51 @@
+"""A training worker killed with SIGKILL: the daemon notices, restarts it from the last
+checkpoint, counts the restart, and training goes on; /healthz says 503 while it is down."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import wait_for
+from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.timeout(90)
+def test_killed_worker_is_restarted_from_checkpoint(cluster) -> None:
+    node = cluster("a")
+    node.wait_ready()
+    wait_for(lambda: (node.status()["training"]["last_checkpoint_step"] or 0) >= 5, 30, "a checkpoint")
+    assert sample_value(metrics_text(node.addr), "p2pnode_worker_restarts_total") == 0
+    old = worker_pid(node.proc.pid)
+    ckpt_step = node.status()["training"]["last_checkpoint_step"]
+
+    os.kill(old, signal.SIGKILL)
+    # While it is down the daemon still answers, and says it is not healthy.
+    codes, alive_seen = set(), set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status, _, _ = http_request(node.addr, "GET", "/healthz")
+        codes.add(status)
+        t = node.status()["training"]
+        alive_seen.add(t["worker_alive"])
+        if status == 200 and t["worker_alive"] and t["worker_restarts"] == 1:
+            break
+        time.sleep(0.1)
+    assert 503 in codes and False in alive_seen, f"never seen down: /healthz {codes}, alive {alive_seen}"
+
+    s = wait_for(lambda: (s := node.status())["training"]["worker_alive"] and s, 30, "the worker to be back")
+    t = s["training"]
+    assert t["worker_restarts"] == 1 and t["resumed"], t
+    assert t["step"] >= ckpt_step, f"restarted at step {t['step']}, the checkpoint had {ckpt_step}"
+    new = worker_pid(node.proc.pid)
+    assert new != old and not pid_alive(old)
+    assert sample_value(metrics_text(node.addr), "p2pnode_worker_restarts_total") == 1
+    assert http_request(node.addr, "GET", "/healthz")[0] == 200
+    # ... and training goes on.
+    wait_for(lambda: node.status()["training"]["step"] > t["step"] + 5, 30, "training to go on")
+    assert node.proc.poll() is None
