@@ -50,7 +50,8 @@ class HttpApi:
         self.healthy = healthy
 
     def build_app(self, secret: bytes | None) -> web.Application:
-        middlewares = [auth_middleware(secret)] if secret else []
+        middlewares = [auth_middleware(secret, self.cfg.http.max_request_bytes,
+                                       lambda reason: self.metrics.rejected.labels(reason).inc())] if secret else []
         app = web.Application(client_max_size=self.cfg.http.max_request_bytes, middlewares=middlewares)
         app.router.add_get("/v1/model", self.get_model)
         app.router.add_post("/v1/model", self.post_model)

@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from p2pnode.net.auth import verify
+from p2pnode.net.auth import HEADER_SIG, HEADER_TS, verify
 from p2pnode.net.client import MSGPACK
 
 log = logging.getLogger("p2pnode.http")
@@ -21,16 +21,34 @@ MAX_MESSAGE = 1024 * 1024  # membership and control messages are small
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def auth_middleware(secret: bytes) -> Any:
-    """Reject unsigned or badly signed requests before any body is decoded."""
+def auth_middleware(secret: bytes, max_body: int | None = None,
+                    on_reject: Callable[[str], None] | None = None) -> Any:
+    """Reject unsigned or badly signed requests before any body is decoded.
+
+    A request with no signature headers, or declaring a body over ``max_body``, is refused from
+    its headers alone, before its body is read. ``on_reject(reason)`` ("unauthorized",
+    "too-large") lets the caller count refusals.
+    """
+
+    def refuse(status: int, reason: str, message: str) -> web.Response:
+        if on_reject is not None:
+            on_reject(reason)
+        return error(status, message)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS:
             return await handler(request)
-        body = await request.read()  # bounded by client_max_size: 413 beyond it
+        if not (request.headers.get(HEADER_SIG) and request.headers.get(HEADER_TS)):
+            return refuse(401, "unauthorized", "missing or bad signature")
+        if max_body is not None and request.content_length is not None and request.content_length > max_body:
+            return refuse(413, "too-large", f"body over {max_body} bytes")
+        try:
+            body = await request.read()  # bounded by client_max_size
+        except web.HTTPRequestEntityTooLarge:
+            return refuse(413, "too-large", f"body over {request.client_max_size} bytes")
         if not verify(secret, request.method, request.path_qs, body, request.headers):
-            return web.json_response({"error": "missing or bad signature"}, status=401)
+            return refuse(401, "unauthorized", "missing or bad signature")
         return await handler(request)
 
     return middleware
