@@ -86,10 +86,11 @@ def spec_for(name: str, density: float, x: torch.Tensor) -> str:
 
 
 def bench_select(sizes: list[int], densities: list[float], dists: list[str], repeats: int,
-                 grads: dict[str, torch.Tensor] | None) -> None:
+                 grads: dict[str, torch.Tensor] | None) -> list[tuple[str, int, float, str, float, str]]:
     print("\n## Selection time per call (median), 1 thread\n")
     print("| data | n | density | method | median ms | vs torch.topk | kept / k |")
     print("|---|---:|---:|---|---:|---:|---:|")
+    rows: list[tuple[str, int, float, str, float, str]] = []
     for dist in dists:
         for n in sizes:
             x = make_data(dist, n, grads)
@@ -123,8 +124,27 @@ def bench_select(sizes: list[int], densities: list[float], dists: list[str], rep
                         ratio = f"{ks[-1] / n:.3f} of n"
                     print(f"| {dist} | {n / 1e6:g} M | {dens or 'n/a'} | {label} | {med * 1e3:.1f} "
                           f"| {base / med:.1f}x | {ratio} |", flush=True)
+                    rows.append((dist, n, density, m, med, ratio))
                 del methods
             del x
+    return rows
+
+
+def summary(rows: list[tuple[str, int, float, str, float, str]]) -> None:
+    """One line per (data, n, density): ms per call and kept/k of each method."""
+    methods = [m for m in ["torch.topk"] + SPARSIFIERS if any(r[3] == m for r in rows)]
+    print("\n## Summary: median ms per call (kept / k); speed-up of ldte-bs over torch.topk\n")
+    print("| data | n | density | " + " | ".join(methods) + " | ldte-bs speed-up |")
+    print("|---|---:|---:|" + "---:|" * (len(methods) + 1))
+    keys = list(dict.fromkeys((r[0], r[1], r[2]) for r in rows))
+    for key in keys:
+        cells = {r[3]: r for r in rows if (r[0], r[1], r[2]) == key}
+        out = []
+        for m in methods:
+            r = cells.get(m)
+            out.append("" if r is None else f"{r[4] * 1e3:.1f} ({r[5]})")
+        speed = cells["torch.topk"][4] / cells["ldte-bs"][4] if "ldte-bs" in cells else float("nan")
+        print(f"| {key[0]} | {key[1] / 1e6:g} M | {key[2]:g} | " + " | ".join(out) + f" | {speed:.1f}x |")
 
 
 def bench_bytes(grads: dict[str, torch.Tensor]) -> None:
@@ -164,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     print(f"# torch {torch.__version__}, threads {torch.get_num_threads()}")
     grads = cnn_gradients() if ("cnn" in args.dists or not args.no_bytes) else None
-    bench_select([int(s) for s in args.sizes], args.densities, args.dists, args.repeats, grads)
+    rows = bench_select([int(s) for s in args.sizes], args.densities, args.dists, args.repeats, grads)
+    summary(rows)
     if not args.no_bytes and grads is not None:
         bench_bytes(grads)
 

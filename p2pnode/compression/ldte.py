@@ -15,12 +15,14 @@ three steps, as implemented here:
    (real layers are not exactly Laplace), search the threshold between a bracket
    ``t_lo`` (count too high) and ``t_hi`` (count too low) until the count is within tolerance.
 
-Two engineering choices keep step 3 cheap on a CPU, where one counting pass over 25 M floats
-costs ~12 ms: (a) the pivot is the point where the log of the count, interpolated linearly
+Three engineering choices keep step 3 cheap on a CPU, where one counting pass over 25 M floats
+costs ~10 ms: (a) the pivot is the point where the log of the count, interpolated linearly
 between the bracket ends, hits k — exact for an exponential tail, so one or two probes usually
-suffice — falling back to plain bisection whenever it does not shrink the bracket on both sides
-(Illinois safeguard); (b) as soon as a probe overshoots with a count that is a small fraction of
-n, the elements above it are gathered once and every later probe counts only those. If the
+suffice — falling back to plain bisection whenever the same end moves twice in a row
+(Illinois safeguard); (b) if the Laplace key point keeps too few (a lighter tail than Laplace),
+the second probe is the Gaussian key point for the same mean magnitude, the light-tailed end of
+what gradients look like; (c) as soon as a probe overshoots with at most a quarter of n above
+it, those elements are gathered once and every later probe counts only them. If the
 search cannot meet the tolerance (many tied magnitudes), exact top-k on the bracketed
 candidates finishes the job, so the result is always within tolerance.
 """
