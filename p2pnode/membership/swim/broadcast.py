@@ -58,10 +58,11 @@ class BroadcastQueue:
     def drop(self, node_id: str) -> None:
         self._items.pop(node_id, None)
 
-    def take(self, budget: int, overhead: int = 1) -> list[Update]:
+    def take(self, budget: int, overhead: int = 1, skip: Callable[[Update], bool] | None = None) -> list[Update]:
         """Updates for one message, at most ``budget`` bytes (``overhead`` added per update).
 
         Each returned update counts one transmission; those at the limit leave the queue.
+        ``skip(update)`` true leaves an update out without counting it (the receiver has it).
         """
         if not self._items:
             return []
@@ -69,6 +70,8 @@ class BroadcastQueue:
         out: list[Update] = []
         used = 0
         for item in sorted(self._items.values(), key=lambda q: (q.transmits, -q.order)):
+            if skip is not None and skip(item.update):
+                continue
             cost = item.size + overhead
             if used + cost > budget:
                 continue

@@ -21,7 +21,7 @@ import copy
 import logging
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from p2pnode.membership.base import EventKind, Member, Membership, MemberState
 from p2pnode.membership.swim.awareness import Awareness
@@ -119,10 +119,18 @@ class SwimCore(Membership):
             self._probe_index = 0
         return None
 
-    def piggyback(self, dest: str | None, budget: int | None = None) -> tuple[Update, ...]:
+    def piggyback(self, dest: str | None, budget: int | None = None,
+                  known: Collection[Update] = ()) -> tuple[Update, ...]:
         """Updates for one message to ``dest``: first what we hold against it (so a suspected
         or dead-declared member learns it at once and can refute: the buddy rule), then the
-        least-sent queued updates, within the byte budget."""
+        least-sent queued updates, within the byte budget.
+
+        Updates ``dest`` certainly has are left out without using up a transmission: those
+        in ``known`` (the request we are answering carried them) and alive or left news
+        about ``dest`` itself. Otherwise a reply would mostly echo the news that the sender
+        is busy spreading, and each update would reach far fewer new members than its
+        retransmit limit promises.
+        """
         budget = self.config.max_piggyback_bytes if budget is None else budget
         out: list[Update] = []
         m = self.table.get(dest) if dest is not None else None
@@ -131,7 +139,12 @@ class SwimCore(Membership):
                          else Dead(m.node_id, m.incarnation, self.node_id))
             out.append(u)
             budget -= update_size(u) + 1
-        out.extend(self.broadcasts.take(budget))
+        known_set = set(known)
+
+        def skip(u: Update) -> bool:
+            return u in known_set or (u.node == dest and isinstance(u, (Alive, Left)))
+
+        out.extend(self.broadcasts.take(budget, skip=skip))
         return tuple(out)
 
     def records(self) -> tuple[Record, ...]:

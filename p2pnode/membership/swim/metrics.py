@@ -17,7 +17,8 @@ class SwimMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         p = "p2pnode_membership_"
-        self.probes = Counter(p + "probes", "Probes of one member per protocol period, by result (ack or failed)",
+        self.probes = Counter(p + "probes", "Protocol periods by result: ack (direct or indirect), late_ack "
+                              "(only the last direct ping before suspecting was answered), failed (suspected)",
                               ["result"], registry=r)
         self.indirect_probes = Counter(p + "indirect_probes",
                                        "Indirect probe requests to helpers, by result (ack, nack, no_answer)",
@@ -45,6 +46,7 @@ class SwimMetrics:
         self._sent = {t: self.messages_sent.labels(t) for t in MESSAGE_TYPES}
         self._received = {t: self.messages_received.labels(t) for t in MESSAGE_TYPES}
         self.probe_ok, self.probe_failed = self.probes.labels("ack"), self.probes.labels("failed")
+        self.probes.labels("late_ack")
         for result in ("ack", "nack", "no_answer"):
             self.indirect_probes.labels(result)
         for result in ("ok", "failed"):

@@ -94,16 +94,16 @@ class SwimMembership(SwimCore):
                 raise MessageError(f"ping for {msg.target!r} reached {self.node_id!r}")
             self.apply(Alive(msg.sender, msg.sender_incarnation, msg.sender_addr))
             self.apply_all(msg.updates)
-            return encode(Ack(msg.seq, self.node_id, self.piggyback(msg.sender)))
+            return encode(Ack(msg.seq, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
         if isinstance(msg, PingReq):
             self.apply_all(msg.updates)
             timeout = min(self.config.probe_timeout, 0.8 * msg.timeout_ms / 1000.0)
             acked = msg.target != msg.sender and await self._ping(msg.target, msg.target_addr, timeout)
             cls = Ack if acked else Nack
-            return encode(cls(msg.seq, self.node_id, self.piggyback(msg.sender)))
+            return encode(cls(msg.seq, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
         if isinstance(msg, Gossip):
             self.apply_all(msg.updates)
-            return encode(Ack(0, self.node_id, self.piggyback(msg.sender)))
+            return encode(Ack(0, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
         if isinstance(msg, PushPull):
             self.merge(msg.members, msg.sender)  # first, so our reply carries any refutation
             return encode(PushPull(self.node_id, False, self.records()))
@@ -171,15 +171,32 @@ class SwimMembership(SwimCore):
         nacks = results.count("nack")
         self.awareness.apply_delta(len(helpers) - nacks if helpers else 1)
         self.metrics.health.set(self.awareness.score)
-        self.metrics.probe_failed.inc()
-        current = self.table.get(target.node_id)
-        if current is not None and current.state in (ALIVE, SUSPECT) and not self.leaving:
-            suspicion = Suspect(current.node_id, current.incarnation, self.node_id)
-            self.apply(suspicion, origin="probe")
-            # buddy rule: the suspect hears it first, so it can refute straight away
-            self._spawn(self._tell(current.addr, Gossip(self.node_id, (suspicion,) + self.piggyback(None)),
-                                   self.config.probe_timeout))
+        if not self.leaving:
+            self._spawn(self._suspect(target.node_id))
         return False
+
+    async def _suspect(self, node_id: str) -> None:
+        """After a failed period: one last direct ping, then suspect, telling the suspect first.
+
+        The last ping costs one message; it spares the cluster a suspicion (and the refutation
+        that follows) each time a healthy member merely lost a few messages. A crashed member
+        refuses it at once, so real failures are suspected without delay (a frozen or cut-off
+        one, after ``probe_timeout``). Then the buddy rule: the accusation goes straight to
+        the suspect, so it can refute before gossip reaches it, and into the gossip queue.
+        """
+        m = self.table.get(node_id)
+        if m is None or m.state not in (ALIVE, SUSPECT):
+            return
+        if await self._ping(m.node_id, m.addr, self.awareness.scale(self.config.probe_timeout)):
+            self.metrics.probes.labels("late_ack").inc()
+            return
+        m = self.table.get(node_id)
+        if m is None or m.state not in (ALIVE, SUSPECT) or self.leaving:
+            return
+        self.metrics.probe_failed.inc()
+        suspicion = Suspect(m.node_id, m.incarnation, self.node_id)
+        self.apply(suspicion, origin="probe")
+        await self._tell(m.addr, Gossip(self.node_id, (suspicion,)), self.config.probe_timeout)
 
     async def _tell(self, addr: str, msg: Gossip, timeout: float) -> None:
         reply = await self._request(addr, msg, timeout)
