@@ -274,3 +274,79 @@ def test_config_profiles_and_validation() -> None:
         SwimConfig(probe_timeout=2.0)
     with pytest.raises(ValueError, match="indirect_checks"):
         SwimConfig(indirect_checks=-1)
+
+
+class ScriptedTransport(Transport):
+    """Answers pings to ``target`` only after ``fail_first`` attempts; everything else fails."""
+
+    def __init__(self, target: str, fail_first: int) -> None:
+        super().__init__()
+        self.target, self.fail_first = target, fail_first
+        self.sent: list[tuple[str, str]] = []
+
+    async def send(self, addr: str, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        self.sent.append((addr, msg["t"]))
+        if msg["t"] == "ping" and msg["target"] == self.target:
+            self.fail_first -= 1
+            if self.fail_first < 0:
+                return encode(Ack(msg["seq"], self.target))
+        await asyncio.sleep(timeout)
+        raise TransportError("timeout")
+
+
+async def _probe_once(node: SwimMembership, target: str) -> None:
+    loop = asyncio.get_running_loop()
+    async with asyncio.TaskGroup() as tg:
+        node._tg = tg
+        await node.probe(node.table.get(target), loop.time())
+    node._tg = None
+
+
+def test_last_direct_ping_spares_a_suspicion() -> None:
+    async def main() -> None:
+        t = ScriptedTransport("x", fail_first=2)  # the first ping and the direct retry are lost
+        node = SwimMembership("me", "me.test:1", None, None, transport=t, rng=random.Random(1))
+        for name in ("x", "h1", "h2", "h3"):
+            node.apply(Alive(name, 0, f"{name}.test:1"))
+        await _probe_once(node, "x")
+        assert node.member("x").state == A and "x" not in node.suspicions
+        assert value(node, "p2pnode_membership_probes_total", result="late_ack") == 1
+        assert [k for a, k in t.sent if a == "x.test:1"] == ["ping", "ping", "ping"]
+        assert sorted(k for a, k in t.sent if a != "x.test:1") == ["ping-req"] * 3
+
+    run_virtual(main)
+
+
+def test_failed_period_suspects_and_tells_the_suspect_first() -> None:
+    async def main() -> None:
+        t = ScriptedTransport("x", fail_first=99)
+        node = SwimMembership("me", "me.test:1", None, None, transport=t, rng=random.Random(1))
+        for name in ("x", "h1", "h2", "h3"):
+            node.apply(Alive(name, 0, f"{name}.test:1"))
+        node.broadcasts._items.clear()
+        await _probe_once(node, "x")
+        assert node.member("x").state == S and "x" in node.suspicions
+        assert value(node, "p2pnode_membership_probes_total", result="failed") == 1
+        # direct ping, direct retry, last ping, then the accusation, all to x itself
+        assert [k for a, k in t.sent if a == "x.test:1"] == ["ping", "ping", "ping", "gossip"]
+        assert node.broadcasts.queued("x") == Suspect("x", 0, "me")  # and it is gossiped
+        # no helper nacked: the failure counts against our own health too (Lifeguard)
+        assert node.awareness.score == 3
+
+    run_virtual(main)
+
+
+def test_replies_leave_out_what_the_requester_sent() -> None:
+    async def main() -> None:
+        node = make()
+        news = Alive("q", 3, "q.test:1")
+        node.apply(Alive("p", 0, "p.test:1"))
+        node.broadcasts._items.clear()
+        reply = decode(await node.handle(encode(Gossip("p", (news,)))))
+        assert news not in reply.updates  # p told us; echoing it back would waste a transmission
+        assert node.broadcasts.transmits("q") == 0  # and it was not counted
+        node.apply(Alive("r", 0, "r.test:1"))
+        assert Alive("r", 0, "r.test:1") not in node.piggyback("r")  # r knows it is alive
+        assert Alive("r", 0, "r.test:1") in node.piggyback("p")
+
+    run_virtual(main)
