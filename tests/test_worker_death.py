@@ -49,3 +49,23 @@ def test_killed_worker_is_restarted_from_checkpoint(cluster) -> None:
     # ... and training goes on.
     wait_for(lambda: node.status()["training"]["step"] > t["step"] + 5, 30, "training to go on")
     assert node.proc.poll() is None
+
+
+@pytest.mark.timeout(60)
+def test_checkpoint_of_another_model_stops_the_node(cluster) -> None:
+    """A checkpoint that does not fit the model would crash every restarted worker: the node
+    must stop with exit code 1 and say why, not restart the worker forever."""
+    import torch
+
+    from p2pnode.checkpoint import CHECKPOINT_NAME, save
+
+    node = cluster("a")
+    node.proc.kill()  # only its state dir is wanted; restarted below with the bad checkpoint
+    node.proc.wait()
+    save(node.state_dir / CHECKPOINT_NAME, {"model": {"other.weight": torch.zeros(3)}, "optimizer": {},
+                                            "step": 7, "samples": 448})
+    node.start()
+    assert node.proc.wait(45) == 1, node.log()[-3000:]
+    log = node.log()
+    assert "does not fit this model" in log and "move it away" in log
+    assert log.count("restarting from the last checkpoint") == 0

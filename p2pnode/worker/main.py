@@ -40,8 +40,15 @@ class Worker:
         state = checkpoint.load(self.ckpt_path)
         version = 0
         if state is not None:
-            self.trainer.load_state_dict(state)
-            version = int(state.get("version", 0))
+            try:
+                self.trainer.load_state_dict(state)
+                version = int(state.get("version", 0))
+            except (RuntimeError, KeyError, TypeError, ValueError) as exc:
+                # Another model or config wrote it: restarting would fail the same way, forever.
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise checkpoint.CheckpointError(
+                    f"checkpoint {self.ckpt_path} does not fit this model ({first[:200]}); "
+                    "move it away to start from a peer's model or from scratch") from exc
         self.resumed = state is not None
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), fingerprint(model))
