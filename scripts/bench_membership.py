@@ -61,12 +61,12 @@ class Result:
     wall: float = 0.0
 
 
-def _sum_metric(c: SimCluster, attr: str) -> float:
+def _sum_metric(c: SimCluster, attr: str, **labels: str) -> float:
     total = 0.0
     for node in c.running():
         metric = getattr(node.metrics, attr)
         for sample in metric.collect()[0].samples:
-            if sample.name.endswith("_total"):
+            if sample.name.endswith("_total") and all(sample.labels.get(k) == v for k, v in labels.items()):
                 total += sample.value
     return total
 
@@ -117,13 +117,13 @@ async def bench_size(n: int, seed: int, trials: int, steady_seconds: float, loss
         await asyncio.sleep(5)
 
     deaths0 = _sum_metric(c, "deaths")
-    susp0 = _sum_metric(c, "suspicions")
+    susp0 = _sum_metric(c, "suspicions", origin="probe")
     ref0 = _sum_metric(c, "refutations")
     c.net.loss = loss
     res.loss_seconds = loss_seconds
     res.msgs_loss, res.bytes_loss = await _window(c, loss_seconds)
     res.false_deaths = int(_sum_metric(c, "deaths") - deaths0)
-    res.false_suspicions = int(_sum_metric(c, "suspicions") - susp0)
+    res.false_suspicions = int(_sum_metric(c, "suspicions", origin="probe") - susp0)
     res.refutations = int(_sum_metric(c, "refutations") - ref0)
     victim = rng.choice(c.running())
     c.crash(victim.node_id)
@@ -143,7 +143,7 @@ def fmt_times(values: list[float]) -> str:
 
 def table(results: list[Result], loss: float) -> str:
     head = ("| n | join seen by all, s (median / max) | crash seen dead by all, s (median / max) "
-            f"| crashes detected | false deaths at {loss:.0%} loss (suspicions, refutations) "
+            f"| crashes detected | false deaths at {loss:.0%} loss (false suspicions, refutations) "
             f"| crash detected at {loss:.0%} loss, s | msgs/member/s, no loss | msgs/member/s, {loss:.0%} loss "
             "| bytes/member/s, no loss / loss | wall s |")
     lines = [head, "|" + "---|" * 10]
@@ -211,8 +211,10 @@ def main() -> int:
             "(0.5-1 ms one-way delay) and a virtual clock, all in one process "
             f"(Python {platform.python_version()}, {platform.machine()}). {args.trials} joins and {args.trials} "
             f"crashes per size (then one crash under loss); false deaths counted over {args.loss_seconds:.0f} "
-            f"virtual seconds with every message lost at random with probability {args.loss:g}; messages are "
-            "requests and replies, each counted once by its sender.",
+            f"virtual seconds with every message lost at random with probability {args.loss:g}, with the "
+            "number of suspicions raised by failed probes (each then refuted or not) and of refutations; "
+            "messages are requests and replies, each counted once by its sender. Times are virtual seconds "
+            "(the simulated cluster's clock); wall is what the run took here.",
             "", out, "", summary, "",
             "Expected from the design: a join reaches everyone in a few gossip rounds (log n); a crash is "
             "declared after the Lifeguard floor `4 * log10(n) * 1 s` once two members confirm it (4 s, 4.8 s, "
