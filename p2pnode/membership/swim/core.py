@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Collection, Iterable
 
-from p2pnode.membership.base import EventKind, Member, Membership, MemberState
+from p2pnode.membership.base import EventKind, Member, Membership
 from p2pnode.membership.swim.awareness import Awareness
 from p2pnode.membership.swim.broadcast import BroadcastQueue, update_size
 from p2pnode.membership.swim.config import SwimConfig
@@ -315,7 +315,3 @@ class SwimCore(Membership):
         if gone:
             self._members_changed()
             log.info("forgot %d long-gone member(s)", len(gone))
-
-    def is_member_state(self, node_id: str, *states: MemberState) -> bool:
-        m = self.table.get(node_id)
-        return m is not None and m.state in states
