@@ -27,7 +27,12 @@ def peer_weight(rule: str, own_loss: float, peer_loss: float) -> float:
 
 @torch.no_grad()
 def average_into(model: nn.Module, peer: dict[str, torch.Tensor], weight: float) -> None:
-    """x <- (1 - w) x + w x_peer over every floating state entry (weights and BN statistics)."""
+    """x <- (1 - w) x + w x_hat_peer over every floating state entry (weights and BN statistics).
+
+    We average with the peer's public copy as the paper averages with its model. CHOCO-Gossip's
+    consensus step x <- x + w (x_hat_peer - x_hat_self) was tried too (docs/ARCHITECTURE.md):
+    with top-1 % copies it diverged at w = 1/2 and learned far slower at w = 0.1.
+    """
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point():
             tensor.mul_(1.0 - weight).add_(peer[name].view_as(tensor), alpha=weight)

@@ -15,6 +15,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from p2pnode import checkpoint
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
@@ -121,6 +123,8 @@ class Worker:
     def step(self) -> None:
         t, c = self.trainer, self.cfg
         loss = t.train_step()
+        if not math.isfinite(loss):
+            self.recover()
         if t.step % c.compression.publish_every == 0:
             self.send(m.Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
         self.send(m.Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now()))
@@ -129,6 +133,15 @@ class Worker:
             self.evaluate(c.training.eval_samples)
         if t.done:
             self.evaluate(0)  # the final figure on the whole test set
+
+    def recover(self) -> None:
+        """The model has diverged (non-finite loss): go back to our public copy x_hat, which the
+        wire guarantees finite and which is at most a few publishes old, and drop momentum."""
+        log.error("non-finite loss at step %d: restoring the model from its public copy", self.trainer.step)
+        with torch.no_grad():
+            for name, tensor in floating_state(self.trainer.model).items():
+                tensor.copy_(self.public.xhat[name].view_as(tensor))
+        self.trainer.optimizer.state.clear()
 
     def publish_averaged(self) -> None:
         """After training ends, keep publishing what averaging changed, at a gentle pace."""

@@ -40,16 +40,20 @@ class LocalTrainer:
         self.cfg = cfg
         torch.set_num_threads(t.threads)
         shard_index, _ = parse_shard(t.shard)
-        torch.manual_seed(t.seed * 1000 + shard_index)
         self.train_split, self.test_split = load_splits(cfg)
         in_channels = int(self.train_split.images.shape[1])
+        # Every node of a cluster starts from the same weights (same training.seed): averaging
+        # models that began from different random points mixes unrelated features.
+        torch.manual_seed(t.seed)
         self.model = build_model(t.model, in_channels=in_channels)
+        torch.manual_seed(t.seed * 1000 + shard_index + 1)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
                                          weight_decay=t.weight_decay)
         self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
         self.step = 0
         self.samples = 0
         self.loss_ema = float("nan")
+        self.nonfinite_steps = 0
         self._gen = torch.Generator().manual_seed(t.seed * 7919 + shard_index)
         self._order = torch.randperm(len(self.train_split), generator=self._gen)
         self._pos = 0
@@ -83,15 +87,20 @@ class LocalTrainer:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=False)
         loss = F.cross_entropy(self.model(images), labels)
+        value = float(loss.detach())
+        self.step += 1
+        self.samples += int(labels.shape[0])
+        if not math.isfinite(value):
+            # A diverged batch: taking the step would spread NaN into the model and, through
+            # publishing, nowhere else (the wire refuses it). Skip it and let the caller decide.
+            self.nonfinite_steps += 1
+            return value
         loss.backward()
         self.gradients.begin_step()
         for name, param in self.model.named_parameters():
             if param.grad is not None:
                 param.grad.copy_(self.gradients.apply(name, param.grad))
         self.optimizer.step()
-        self.step += 1
-        self.samples += int(labels.shape[0])
-        value = float(loss.detach())
         self.loss_ema = value if math.isnan(self.loss_ema) else 0.95 * self.loss_ema + 0.05 * value
         return value
 
