@@ -70,7 +70,9 @@ class HttpApi:
         publisher = self.trainer.publisher
         if publisher is None:
             return error(503, "model not ready")
-        result = await asyncio.to_thread(publisher.serve, since, epoch)
+        result = publisher.serve_now(since, epoch)  # 304 or newest delta: no thread hop
+        if result is None:
+            result = await asyncio.to_thread(publisher.serve, since, epoch)
         if result.status == 503:
             return error(503, "nothing published yet")
         headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind}

@@ -14,7 +14,8 @@ worker. Three answers, cheapest first:
 * anything else (no/unknown/too old ``since``, other epoch): a full snapshot, cached per version.
 
 Thread safety: one publisher thread and any number of server threads (``asyncio.to_thread``)
-share one lock; decoding happens outside it, applying and encoding inside it.
+share one lock; decoding happens outside it, applying and encoding inside it. The event loop
+may call :meth:`PublicModel.serve_now`, which only tries the lock and never encodes.
 """
 
 from __future__ import annotations
@@ -178,19 +179,41 @@ class PublicModel:
 
     # -- reader side ----------------------------------------------------------------------
 
+    def serve_now(self, since: int | None, epoch: str | None) -> ServeResult | None:
+        """The answers that need no encoding (503, 304, the newest delta), if the lock is free
+        right now; None otherwise (call :meth:`serve`, from a thread). Never blocks, so the
+        event loop can answer most requests itself instead of hopping to a thread."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self._serve_cheap(since, epoch)
+        finally:
+            self._lock.release()
+
+    def _serve_cheap(self, since: int | None, epoch: str | None) -> ServeResult | None:
+        """503, 304 or the newest delta as published; None if the answer needs encoding.
+        Caller holds the lock."""
+        if not self._ready:
+            return ServeResult(503, b"", "unavailable", -1)
+        v = self._version
+        if since is None or epoch != self._epoch:
+            return None
+        if since == v:
+            return ServeResult(304, b"", "not_modified", v)
+        if since == v - 1 and self._log:  # the log's last entry is always version v
+            return ServeResult(200, self._log[-1].data, "delta", v)
+        return None
+
     def serve(self, since: int | None, epoch: str | None) -> ServeResult:
         """The answer to ``GET /v1/model?since=&epoch=`` (see module docstring)."""
         with self._lock:
+            cheap = self._serve_cheap(since, epoch)
+            if cheap is not None:
+                return cheap
             v = self._version
-            if not self._ready:
-                return ServeResult(503, b"", "unavailable", -1)
             if since is not None and epoch == self._epoch:
-                if since == v:
-                    return ServeResult(304, b"", "not_modified", v)
                 oldest_base = self._log[0].version - 1 if self._log else v
                 if oldest_base <= since < v:
-                    if since == v - 1:
-                        return ServeResult(200, self._log[-1].data, "delta", v)
                     return ServeResult(200, self._merged_since(since), "delta", v)
             if self._snapshot is None or self._snapshot[0] != v:
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,
