@@ -57,7 +57,6 @@ def cmd_start(args: argparse.Namespace) -> int:
         return 2
     logging.basicConfig(level=cfg.node.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    import asyncio
 
     import uvloop
 

@@ -124,8 +124,8 @@ class HttpConfig:
 
 @dataclass
 class MembershipConfig:
-    #: "simple" (member-list exchange) or "swim"
-    protocol: str = "simple"
+    #: "swim" (SWIM + Lifeguard, docs/MEMBERSHIP.md) or "simple" (member-list exchange)
+    protocol: str = "swim"
     #: seconds between member-list exchanges (simple protocol)
     gossip_interval: float = 1.0
     #: seconds one membership request may take

@@ -139,6 +139,7 @@ class Node:
             "exchanges": ex["totals"],
             "peers": ex["peers"],
             "members": [mb.to_json() for mb in self.membership.members()],
+            "membership": self.membership.status(),
             "bytes": {"model_received": ex["totals"]["bytes_received"],
                       "model_served": int(self.metrics.bytes_served._value.get()),
                       "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},

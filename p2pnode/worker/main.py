@@ -7,6 +7,7 @@ waits on the network: peer payloads arrive already fetched, and are taken betwee
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from p2pnode.compression import build, build_sparsifier
+from p2pnode.compression import build_sparsifier
 from p2pnode.compression.base import kept_count
 from p2pnode.compression.ldte import LDTEBS
 
