@@ -1,4 +1,4 @@
-"""A real daemon's life: graceful stop on SIGTERM / SIGINT, restart, and a killed training worker."""
+"""A real daemon stops gracefully on SIGTERM and SIGINT: exit 0 quickly, final checkpoint, peers see it leave."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_for
-from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
+from daemon_util import pid_alive, worker_pid
 from p2pnode.checkpoint import CHECKPOINT_NAME, load
 
 pytestmark = pytest.mark.slow
