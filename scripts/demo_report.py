@@ -39,8 +39,9 @@ def main() -> int:
         trainer.model.load_state_dict(state["model"])
         acc, _, _ = trainer.evaluate(0)
         rows.append((Path(d).name, acc, s))
-    print(f"\nwall time {status['elapsed_s']:.0f} s")
-    head = f"{'node':<7} {'test acc':>8} {'steps':>6} {'samples':>8} {'sent MB':>8} {'recv MB':>8} {'exch done':>9} {'skipped':>8}"
+    print(f"\nwall time {status['elapsed_s']:.0f} s (start-up included; 'train s' is first step to last)")
+    head = (f"{'node':<7} {'test acc':>8} {'steps':>6} {'samples':>8} {'train s':>8} {'sent MB':>8} {'recv MB':>8} "
+            f"{'exch done':>9} {'skipped':>8}")
     print(head)
     print("-" * len(head))
     total_bytes = 0
@@ -49,7 +50,9 @@ def main() -> int:
         sent, recv = b.get("model_served", 0), b.get("model_received", 0)
         total_bytes += recv
         accs = "-" if acc is None else f"{100 * acc:7.2f}%"
-        print(f"{name:<7} {accs:>8} {t.get('step', 0):>6} {t.get('samples', 0):>8} {sent / 1e6:>8.1f} "
+        secs = t.get("train_seconds")
+        train_s = "-" if secs is None else f"{secs:.0f}"
+        print(f"{name:<7} {accs:>8} {t.get('step', 0):>6} {t.get('samples', 0):>8} {train_s:>8} {sent / 1e6:>8.1f} "
               f"{recv / 1e6:>8.1f} {ex.get('done', 0):>9} {ex.get('skipped', 0):>8}")
     print(f"model bytes moved in all: {total_bytes / 1e6:.1f} MB")
     return 0

@@ -54,10 +54,22 @@ class TrainingState:
     last_checkpoint_step: int | None = None
     last_checkpoint_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
+    #: monotonic times of the first step this life and of reaching training.max_samples
+    first_step_at: float | None = None
+    done_at: float | None = None
+
+    @property
+    def train_seconds(self) -> float | None:
+        """Wall time spent training (first step to done, or to now), start-up excluded."""
+        if self.first_step_at is None:
+            return None
+        return (self.done_at or time.monotonic()) - self.first_step_at
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k not in ("started_at", "last_checkpoint_at")}
+        hidden = ("started_at", "last_checkpoint_at", "first_step_at", "done_at")
+        out = {k: v for k, v in self.__dict__.items() if k not in hidden}
         out["loss"] = None if self.loss != self.loss else self.loss
+        out["train_seconds"] = None if self.train_seconds is None else round(self.train_seconds, 3)
         return out
 
 
@@ -191,6 +203,11 @@ class Trainer:
             self.metrics.steps.inc(max(0, msg.step - s.step))
             self.metrics.samples.inc(max(0, msg.samples - s.samples))
             self.metrics.loss.set(msg.loss)
+            now = time.monotonic()
+            if s.first_step_at is None:
+                s.first_step_at = now
+            if msg.done and s.done_at is None:
+                s.done_at = now
             s.step, s.samples, s.loss, s.done, s.lr = msg.step, msg.samples, msg.loss, msg.done, msg.lr
             async with self.step_changed:
                 self.step_changed.notify_all()
