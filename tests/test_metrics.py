@@ -86,8 +86,10 @@ def test_metrics_and_status_of_a_running_cluster(cluster) -> None:
         ok = [s.value for s in families["p2pnode_exchanges"].samples
               if s.name == "p2pnode_exchanges_total" and s.labels.get("result") == "ok"]
         assert ok and ok[0] >= 3
-        alive = [s.value for s in families["p2pnode_members"].samples if s.labels.get("state") == "alive"]
-        assert alive == [2.0]
+        # p2pnode_members is sampled once a second: give it that long to see the second node.
+        wait_for(lambda n=n: [s.value for f in text_string_to_metric_families(metrics_text(n.addr))
+                              if f.name == "p2pnode_members" for s in f.samples
+                              if s.labels.get("state") == "alive"] == [2.0], 5, f"{n.name}'s members gauge")
 
     # The CLI's status: a readable block with the node id and its members.
     run = subprocess.run([sys.executable, "-m", "p2pnode", "status", a.addr], capture_output=True, text=True,
