@@ -58,11 +58,14 @@ class TrainingConfig:
     #: "i/n": train on the i-th of n disjoint shards of the training set
     shard: str = "0/1"
     batch_size: int = 64
-    lr: float = 0.05
+    #: tuned for a cluster: averaging with peers acts like a larger batch (docs/BENCHMARKS.md)
+    lr: float = 0.2
     momentum: float = 0.9
     weight_decay: float = 0.0
     #: "constant" or "cosine" (cosine needs max_samples)
     lr_schedule: str = "constant"
+    #: samples over which the learning rate rises linearly from ~0 to lr
+    warmup_samples: int = 3200
     #: stop local training after this many samples (0: never); the node keeps serving
     max_samples: int = 0
     #: evaluate on the test set every this many steps (0: never)
@@ -78,8 +81,8 @@ class TrainingConfig:
 
 @dataclass
 class ExchangeConfig:
-    #: fetch a peer's model after every this many local steps (the paper: 1)
-    every: int = 1
+    #: fetch a peer's model after every this many local steps (the paper: 1; see BENCHMARKS.md)
+    every: int = 4
     #: seconds one fetch may take before the peer is skipped
     timeout: float = 2.0
     #: "mean" (x <- (x + x_peer)/2, the paper) or "contribution" (weighted by losses)
@@ -94,14 +97,15 @@ class ExchangeConfig:
 
 @dataclass
 class CompressionConfig:
-    #: gradient compressor before the local step (the paper: "mean-threshold"; "none")
-    gradient: str = "mean-threshold"
+    #: gradient compressor before the local step ("mean-threshold" is the paper's mask; it
+    #: costs accuracy for no traffic saved, as the gradient never leaves the node)
+    gradient: str = "none"
     #: "none", "residual" (error feedback) or "dgc"
     gradient_memory: str = "none"
     #: sparsifier for the published model difference q = C(x - x_hat)
-    publish: str = "topk:density=0.01"
-    #: publish after every this many local steps
-    publish_every: int = 1
+    publish: str = "topk:density=0.1"
+    #: publish after every this many local steps (best equal to exchange.every)
+    publish_every: int = 4
     #: "float32" or "float16" values on the wire
     value_dtype: str = "float32"
     #: published versions kept for sparse deltas; older requesters get a snapshot
@@ -280,7 +284,7 @@ def validate(cfg: Config) -> None:
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
     if t.momentum >= 1:
         raise ConfigError("training.momentum: must be < 1")
-    for key in ("max_samples", "eval_every", "eval_samples", "seed"):
+    for key in ("max_samples", "warmup_samples", "eval_every", "eval_samples", "seed"):
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
     _choice("training.lr_schedule", t.lr_schedule, ("constant", "cosine"))
     if t.lr_schedule == "cosine" and not t.max_samples:

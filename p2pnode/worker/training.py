@@ -64,11 +64,16 @@ class LocalTrainer:
         return bool(limit) and self.samples >= limit
 
     def lr_now(self) -> float:
+        """Linear warm-up over ``warmup_samples`` (large rates with momentum can blow up in the
+        first steps from random weights), then constant or cosine decay to 0 at max_samples."""
         t = self.cfg.training
+        lr = t.lr
         if t.lr_schedule == "cosine" and t.max_samples:
             frac = min(1.0, self.samples / t.max_samples)
-            return t.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
-        return t.lr
+            lr = t.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
+        if t.warmup_samples and self.samples < t.warmup_samples:
+            lr *= (self.samples + t.batch_size) / (t.warmup_samples + t.batch_size)
+        return lr
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         bs = self.cfg.training.batch_size
