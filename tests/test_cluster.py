@@ -25,6 +25,11 @@ def test_three_nodes_train_survive_kill_and_resume(cluster) -> None:
     nodes = [a, b, c]
     ids = {n.name: n.wait_ready()["node_id"] for n in nodes}
 
+    # Joiners with no checkpoint start from a live peer's model; the first node has nobody to copy.
+    assert a.status()["bootstrapped_from"] is None
+    for n in (b, c):
+        wait_for(lambda n=n: n.status()["bootstrapped_from"] in set(ids.values()) - {ids[n.name]}, 20,
+                 f"{n.name} to start from a peer's model")
     # Everyone lists everyone as alive; exchanges succeed; the model learns.
     for n in nodes:
         wait_for(lambda n=n: alive_ids(n.status()) == set(ids.values()), 20, f"{n.name} to see all members")

@@ -74,6 +74,7 @@ class Exchange:
         self.round = 0
         # A node joining with no checkpoint adopts the first peer model it gets (weight 1).
         self.bootstrap_pending = bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
+        self.bootstrapped_from: str | None = None
 
     def candidates(self) -> list[Member]:
         now = time.monotonic()
@@ -143,6 +144,7 @@ class Exchange:
         if adopt:
             log.info("started from %s's model (version %d)", peer.node_id, applied.version)
             self.bootstrap_pending = False
+            self.bootstrapped_from = peer.node_id
         self._succeeded(peer, rec)
         self.totals.done += 1
         self.metrics.exchanges.labels("ok").inc()
@@ -174,5 +176,5 @@ class Exchange:
             log.debug("exchange with %s skipped: %s", peer.node_id, error)
 
     def status(self) -> dict[str, Any]:
-        return {"totals": dict(self.totals.__dict__),
+        return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
                 "peers": {k: v.to_json() for k, v in self.peers.items()}}

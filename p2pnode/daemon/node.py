@@ -137,6 +137,7 @@ class Node:
                        "membership": self.cfg.membership.protocol},
             "training": self.trainer.state.to_json(),
             "exchanges": ex["totals"],
+            "bootstrapped_from": ex["bootstrapped_from"],
             "peers": ex["peers"],
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
