@@ -177,27 +177,25 @@ def test_daemon_speaks_the_notify_protocol(cluster, notify_socket, monkeypatch) 
     monkeypatch.delenv("WATCHDOG_USEC")
 
     # Until READY=1 only watchdog pings may come; right after it, b answers and has joined.
-    early: list[tuple[float, str]] = []
+    seen: list[tuple[float, str]] = []
     deadline = time.monotonic() + 60
     ready = None
     while ready is None and time.monotonic() < deadline:
-        for at, msg in receive(sock, min(deadline, time.monotonic() + 1)):
-            if "READY=1" in msg.splitlines():
-                ready = (at, msg)
-                break
-            early.append((at, msg))
+        seen += receive(sock, min(deadline, time.monotonic() + 0.2))
+        ready = next(((at, msg) for at, msg in seen if "READY=1" in msg.splitlines()), None)
         assert b.proc.poll() is None, b.log()[-3000:]
-    assert ready is not None, f"no READY=1 in 60 s; got {early}"
+    assert ready is not None, f"no READY=1 in 60 s; got {seen}"
     s = b.status()
     assert s["joined"] and s["training"]["worker_alive"]
     assert any(m["node_id"] == a_id and m["state"] == "alive" for m in s["members"]), s["members"]
     assert re.search(r"^STATUS=.*serving on " + re.escape(b.addr), ready[1], re.M), ready[1]
-    assert all(msg == "WATCHDOG=1" for _, msg in early), early
+    early = [msg for at, msg in seen if at < ready[0]]
+    assert early and all(msg == "WATCHDOG=1" for msg in early), early
 
     # WATCHDOG=1 keeps coming, more often than WATCHDOG_USEC (2 s), training or not.
-    pings = [at for at, msg in early if msg == "WATCHDOG=1"]
-    later = receive(sock, time.monotonic() + 4.5)
-    pings += [at for at, msg in later if msg == "WATCHDOG=1"]
+    later = seen[seen.index(ready) + 1:] + receive(sock, time.monotonic() + 4.5)
+    assert all(msg == "WATCHDOG=1" for _, msg in later), later
+    pings = [at for at, msg in seen if msg == "WATCHDOG=1" and at < ready[0]] + [at for at, _ in later]
     recent = [t for t in pings if t >= ready[0] - 2.0]
     assert len(recent) >= 4, later
     gaps = [b2 - b1 for b1, b2 in zip(pings, pings[1:])]
@@ -205,10 +203,9 @@ def test_daemon_speaks_the_notify_protocol(cluster, notify_socket, monkeypatch) 
 
     # SIGTERM: STOPPING=1 first, then a clean exit.
     b.signal(signal.SIGTERM)
-    stopping = None
-    for _, msg in receive(sock, time.monotonic() + 10):
-        if msg == "STOPPING=1":
-            stopping = msg
-            break
-    assert stopping, "no STOPPING=1 after SIGTERM"
+    after: list[str] = []
+    deadline = time.monotonic() + 10
+    while "STOPPING=1" not in after and time.monotonic() < deadline:
+        after += [msg for _, msg in receive(sock, min(deadline, time.monotonic() + 0.2))]
+    assert "STOPPING=1" in after, f"no STOPPING=1 after SIGTERM: {after}"
     assert b.proc.wait(10) == 0
