@@ -115,8 +115,18 @@ def render_status(s: dict[str, Any]) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     url = f"http://{args.address}/v1/status"
+    headers: dict[str, str] = {}
+    if args.secret_file:
+        from p2pnode.net.auth import sign
+
+        try:
+            secret = open(args.secret_file, "rb").read().strip()
+        except OSError as exc:
+            print(f"p2pnode: cannot read the secret: {exc}", file=sys.stderr)
+            return 2
+        headers = sign(secret, "GET", "/v1/status", b"")
     try:
-        with urllib.request.urlopen(url, timeout=args.timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=args.timeout) as resp:
             data = json.load(resp)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"p2pnode: no status from {args.address}: {exc}", file=sys.stderr)
@@ -134,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("address", nargs="?", default="127.0.0.1:7070", metavar="HOST:PORT")
     st.add_argument("--json", action="store_true", help="raw JSON")
     st.add_argument("--timeout", type=float, default=5.0)
+    st.add_argument("--secret-file", metavar="FILE", help="the cluster secret, for a node that requires signatures")
     args = parser.parse_args(argv)
     if args.command == "start":
         return cmd_start(args)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import subprocess
+import sys
 import time
 
 import msgpack
@@ -141,8 +143,15 @@ def test_secret_cluster_signs_checks_and_refuses_strangers(cluster) -> None:
     assert oversized_post(a.addr, limit, sign(SECRET, "POST", "/v1/model?from=x", b"")) == 413
     for path in ("/healthz", "/metrics"):
         assert http_request(a.addr, "GET", path)[0] == 200, path
+    # The CLI signs its status request when given the secret, and is refused without it.
+    secret_file = a.state_dir.parent / "secret"
+    secret_file.write_bytes(SECRET + b"\n")
+    cli = [sys.executable, "-m", "p2pnode", "status", a.addr]
+    ok = subprocess.run([*cli, "--secret-file", str(secret_file)], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and ids["a"] in ok.stdout, ok.stderr
+    assert subprocess.run(cli, capture_output=True, text=True, timeout=30).returncode == 1
     after = metrics_text(a.addr)
-    for reason, n in (("unauthorized", 14), ("too-large", 1)):
+    for reason, n in (("unauthorized", 14 + 1), ("too-large", 1)):  # + the unsigned CLI request
         got = (sample_value(after, "p2pnode_payloads_rejected_total", {"reason": reason})
                - sample_value(counts, "p2pnode_payloads_rejected_total", {"reason": reason}))
         assert got == n, (reason, got)
