@@ -12,7 +12,7 @@ import time
 import msgpack
 import pytest
 
-from conftest import wait_for
+from nodes import wait_for
 from daemon_util import http_request, metrics_text, sample_value
 from p2pnode.net.auth import HEADER_SIG, HEADER_TS, sign, verify
 

@@ -10,7 +10,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from conftest import wait_for
+from nodes import wait_for
 from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
 from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
 

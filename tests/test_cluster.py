@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from nodes import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from nodes import wait_for
 from daemon_util import pid_alive, worker_pid
 from p2pnode.checkpoint import CHECKPOINT_NAME, load
 

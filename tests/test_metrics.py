@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import free_port, wait_for
+from nodes import free_port, wait_for
 from daemon_util import metrics_text
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.membership.swim.metrics import SwimMetrics

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from nodes import wait_for
 from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
 
 pytestmark = pytest.mark.slow

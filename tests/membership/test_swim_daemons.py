@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import NodeProc, get_json, wait_for
+from nodes import NodeProc, get_json, wait_for
 
 pytestmark = pytest.mark.slow
 

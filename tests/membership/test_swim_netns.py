@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST, get_json, wait_for
+from nodes import FAST, get_json, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
