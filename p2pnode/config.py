@@ -87,8 +87,8 @@ class ExchangeConfig:
     timeout: float = 2.0
     #: "mean" (x <- (x + x_peer)/2, the paper) or "contribution" (weighted by losses)
     averaging: str = "mean"
-    #: "random" (the paper), "ring" or "exponential"
-    peer_selection: str = "random"
+    #: "exponential" (one-peer exponential graph), "random" (the paper) or "ring"
+    peer_selection: str = "exponential"
     #: consecutive failed exchanges after which a peer is left out until it answers again
     fail_threshold: int = 3
     #: peers' public models kept as replicas for sparse deltas

@@ -34,13 +34,13 @@ from p2pnode.worker.training import LocalTrainer  # noqa: E402
 
 PAPER = ["--set", "exchange.every=1", "--set", "compression.publish_every=1",
          "--set", "compression.publish=topk:density=0.01", "--set", "compression.gradient=mean-threshold",
-         "--set", "training.lr=0.05"]
+         "--set", "training.lr=0.05", "--set", "exchange.peer_selection=random"]
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "defaults": ("the shipped defaults (conf/node.toml)", []),
     "paper": ("Algorithm 1 as in the paper: exchange and publish every step, top-1 %, mean-threshold "
               "gradient mask, lr 0.05", PAPER),
-    "exponential": ("defaults, exponential-graph peer selection", ["--set", "exchange.peer_selection=exponential"]),
-    "random": ("defaults, random peer selection", ["--set", "exchange.peer_selection=random"]),
+    "random": ("defaults but random peer selection (the paper's)", ["--set", "exchange.peer_selection=random"]),
+    "ring": ("defaults but ring peer selection", ["--set", "exchange.peer_selection=ring"]),
     "mean-threshold": ("defaults with the paper's gradient mask", ["--set", "compression.gradient=mean-threshold"]),
     "alone": ("no exchange at all (each node alone on its shard)", ["--set", "exchange.every=1000000"]),
     "kill": ("defaults, last node SIGKILLed half way", []),
