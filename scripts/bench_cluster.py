@@ -41,6 +41,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
               "gradient mask, lr 0.05", PAPER),
     "random": ("defaults but random peer selection (the paper's)", ["--set", "exchange.peer_selection=random"]),
     "ring": ("defaults but ring peer selection", ["--set", "exchange.peer_selection=ring"]),
+    "every2": ("defaults but exchange and publish every 2 steps",
+               ["--set", "exchange.every=2", "--set", "compression.publish_every=2"]),
     "mean-threshold": ("defaults with the paper's gradient mask", ["--set", "compression.gradient=mean-threshold"]),
     "alone": ("no exchange at all (each node alone on its shard)", ["--set", "exchange.every=1000000"]),
     "kill": ("defaults, last node SIGKILLed half way", []),

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from p2pnode.daemon.trainer import WORKER_MALLOC_ENV  # noqa: E402
 from p2pnode.data import fashion_mnist, shard  # noqa: E402
 from p2pnode.models import build_model  # noqa: E402
 
@@ -72,6 +73,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.2)
     ap.add_argument("--port", type=int, default=29533)
     args = ap.parse_args()
+    os.environ.update(WORKER_MALLOC_ENV)  # the same allocator settings p2pnode's workers get
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
     procs = [ctx.Process(target=worker, args=(r, args.workers, args.samples, args.lr, args.port, out))

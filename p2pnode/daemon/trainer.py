@@ -11,6 +11,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing as mp
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from p2pnode.worker import messages as m
 from p2pnode.worker.main import run as worker_main
 
 log = logging.getLogger("p2pnode.trainer")
+
+
+WORKER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
 class WorkerFailed(RuntimeError):
@@ -136,6 +140,12 @@ class Trainer:
     # --- the actor ------------------------------------------------------------------------
 
     def _start_worker(self) -> None:
+        # glibc's default malloc returns the big per-step tensor buffers to the kernel and
+        # faults them back in on the next step: thousands of page faults a step, 5-8 ms of a
+        # ~19 ms step on the small CNN (scripts/bench_overhead.py). Keeping them mapped costs
+        # nothing; the variables are read when the spawned interpreter starts.
+        for key, value in WORKER_MALLOC_ENV.items():
+            os.environ.setdefault(key, value)
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         self._proc = ctx.Process(target=worker_main, args=(child, self.cfg.to_dict(), self.node_id),
