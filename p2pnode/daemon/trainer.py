@@ -223,7 +223,15 @@ class Trainer:
                 self.step_changed.notify_all()
         elif isinstance(msg, m.Published):
             assert self.publisher is not None
-            await asyncio.to_thread(self.publisher.publish, msg.delta)
+            try:
+                await asyncio.to_thread(self.publisher.publish, msg.delta)
+            except ValueError as exc:  # PayloadError: our mirror of x_hat and the worker's disagree
+                # Should not happen; if it does, a restarted worker says hello with a fresh
+                # snapshot and a new epoch, and peers resynchronise from that.
+                log.error("worker published a delta that does not fit (%s); restarting it", exc)
+                if self._proc is not None:
+                    self._proc.kill()
+                return
             s.published_version = msg.version
             self.metrics.published_version.set(msg.version)
             self.metrics.published_bytes.inc(len(msg.delta))
