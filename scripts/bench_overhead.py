@@ -35,6 +35,16 @@ the worker for CPU, which real peers on other machines would not: hence the "per
 ratio, samples per second of CPU the worker actually got against bare's (1.00: the step itself
 is no slower; all of the loss is CPU that went to other processes).
 
+CPU placement (``--pin``, the default): "the peers are other machines". The node's processes
+(the bare process; the daemon and its spawned worker, which inherits the daemon's affinity, as
+do all their threads) are pinned to one CPU, the pullers and this script (which polls
+``/v1/status`` and reads ``/proc``) to the others, with ``os.sched_setaffinity`` before the
+exec. Bare and served then both get exactly one core for the node, and what the pullers burn
+comes from "another machine" (other people's jobs may still run anywhere: *others* column).
+``--no-pin`` leaves every process free to run on any CPU, so that on a small machine the
+pullers take CPU from the node that a remote peer would not; with fewer than 2 CPUs in
+``os.sched_getaffinity(0)`` the run falls back to that, and says so.
+
 Every process started gets the same glibc malloc settings (``--malloc stable``, the default:
 ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` so that freed activations stay in the
 heap). With glibc's defaults a training process may take thousands of minor page faults per
@@ -49,6 +59,7 @@ deltas (``since`` further back: one "set" payload) and the mean bytes per reques
     .venv/bin/python scripts/bench_overhead.py                  # ~5 min: 7 rounds, 1 % and 10 %
     .venv/bin/python scripts/bench_overhead.py --rounds 2 --densities 0.01 --no-write
     .venv/bin/python scripts/bench_overhead.py --profile        # + py-spy of daemon and pullers
+    .venv/bin/python scripts/bench_overhead.py --no-pin         # everything shares every CPU
 
 Prints the tables and replaces the ``## Daemon overhead`` section of docs/BENCHMARKS.md
 (``--no-write`` leaves the file alone).
@@ -90,6 +101,9 @@ MODES = ("idle", "flood", "flood-nice", "paced")
 #: heap instead of going back to the kernel, so no process pays thousands of page faults a step
 STABLE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 ENV: dict[str, str] | None = None  # environment of the processes we start (None: ours)
+#: CPUs of the node's processes (bare; daemon + worker) and of the pullers (``--pin``); None: any
+NODE_CPUS: set[int] | None = None
+PEER_CPUS: set[int] | None = None
 BATCH = 64
 LABELS = {"bare": "bare LocalTrainer", "bare+publish": "bare + publish, no daemon",
           "idle": "daemon, nobody pulls", "flood": "daemon + 3 pullers flat out",
@@ -133,6 +147,38 @@ def children(pid: int) -> list[int]:
         except OSError:
             pass
     return out
+
+
+def pinner(cpus: set[int] | None, nice: int = 0):
+    """``preexec_fn`` for Popen: set the CPU affinity (and niceness) in the child before it
+    execs, while it has one thread, so that every thread and child process it makes inherits
+    it (a ``multiprocessing`` spawned worker included)."""
+    if not cpus and not nice:
+        return None
+
+    def run() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        if nice:
+            os.nice(nice)
+
+    return run
+
+
+def tasks_affinity(pid: int) -> set[int]:
+    """Union of the CPU affinities of all threads of a process (empty if it is gone)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out |= os.sched_getaffinity(int(task.name))
+        except OSError:
+            pass
+    return out
+
+
+def check_pinned(name: str, pid: int, cpus: set[int] | None) -> None:
+    if cpus is not None and (got := tasks_affinity(pid)) and got != cpus:
+        raise RuntimeError(f"{name} (pid {pid}) may run on CPUs {sorted(got)}, expected {sorted(cpus)}")
 
 
 def cmdline(pid: int) -> str:
@@ -375,8 +421,10 @@ class Bare:
     def __init__(self, args: argparse.Namespace, config: Path) -> None:
         self.proc = subprocess.Popen([sys.executable, __file__, "--role", "bare", "--config", str(config),
                                       "--warmup-steps", str(args.warmup_steps)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=ENV)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=ENV,
+                                     preexec_fn=pinner(NODE_CPUS))  # noqa: PLW1509 (no threads here)
         read_reply(self.proc)
+        check_pinned("bare process", self.proc.pid, NODE_CPUS)
 
     def run(self, publish: bool, seconds: float) -> dict[str, Any]:
         tell(self.proc, f"{'publish' if publish else 'train'} {seconds}")
@@ -405,9 +453,10 @@ class Pullers:
         self.procs = [subprocess.Popen(
             [sys.executable, __file__, "--role", "puller", "--addr", addr, "--loops", str(n)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=ENV,
-            preexec_fn=(lambda: os.nice(nice)) if nice else None) for n in per if n]
+            preexec_fn=pinner(PEER_CPUS, nice)) for n in per if n]  # noqa: PLW1509
         for p in self.procs:
             read_reply(p)
+            check_pinned("puller", p.pid, PEER_CPUS)
 
     @property
     def pids(self) -> list[int]:
@@ -457,7 +506,8 @@ class Daemon:
         self.log = open(self.log_path, "w")
         cmd = [sys.executable, "-m", "p2pnode", "start", "--config", str(config), "--listen", "127.0.0.1:0",
                "--state-dir", str(self.state)]
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=ENV)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, cwd=ROOT, env=ENV,
+                                     preexec_fn=pinner(NODE_CPUS))  # noqa: PLW1509 (the worker inherits it)
         self.addr = ""
         self.worker = 0
         self.pullers: Pullers | None = None
@@ -485,6 +535,8 @@ class Daemon:
                                 if "spawn_main" in cmdline(c) and "resource_tracker" not in cmdline(c)]
                         if kids:
                             self.worker = kids[0]
+                            check_pinned("daemon", self.proc.pid, NODE_CPUS)
+                            check_pinned("worker", self.worker, NODE_CPUS)
                             return
                 except OSError:
                     pass
@@ -576,7 +628,8 @@ def profile_flood(args: argparse.Namespace, d: Daemon, log_dir: Path) -> dict[st
     files = {name: log_dir / f"pyspy-{name}.txt" for name in targets}
     spies = {name: subprocess.Popen([spy, "record", "-p", str(pid), "-d", str(int(args.profile_seconds)),
                                      "-r", "100", "-f", "raw", "-o", str(files[name]), "--nonblocking"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                    preexec_fn=pinner(PEER_CPUS))  # noqa: PLW1509 (not the node)
              for name, pid in targets.items()}
     out: dict[str, Any] = {}
     for name, s in spies.items():
@@ -732,7 +785,7 @@ def build_tables(results: list[dict[str, Any]], densities: list[float],
     return "\n".join(rows), "\n".join(brows), headline
 
 
-def reading(results: list[dict[str, Any]], density: float) -> str:
+def reading(results: list[dict[str, Any]], density: float, pinned: bool = False) -> str:
     """A few sentences drawn from the figures at one density (medians; "/ bare" per round)."""
     bare = {r["round"]: r for r in results if r["setup"] == "bare"}
 
@@ -768,8 +821,10 @@ def reading(results: list[dict[str, Any]], density: float) -> str:
                            f"{'slower' if flood['eff'] < idle['eff'] else 'faster'} than with nobody pulling."))
     nice = get("flood-nice")
     if nice:
-        out.append(f"With the pullers at nice 19 (peers whose CPU is not this node's) the ratio is "
-                   f"{nice['ratio']:.2f}, the daemon taking {nice['daemon']:.2f} cores.")
+        why = ("on their own core already, so nice should change little" if pinned
+               else "peers whose CPU is not this node's")
+        out.append(f"With the pullers at nice 19 ({why}) the ratio is {nice['ratio']:.2f}, "
+                   f"the daemon taking {nice['daemon']:.2f} cores.")
     paced = get("paced")
     if paced:
         out.append(f"Paced like real peers, the ratio is {paced['ratio']:.2f} ({paced['eff']:.2f} per "
@@ -817,6 +872,9 @@ def main() -> int:
     ap.add_argument("--pace", default="auto",
                     help="seconds between one peer's pulls in paced mode; auto: bare's step time")
     ap.add_argument("--data", default="auto", help="fashion-mnist, synthetic, or auto (the former if installed)")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                    help="node (bare; daemon + worker) on one CPU, pullers and this script on the others: "
+                         "peers on other machines (default); --no-pin: every process on any CPU")
     ap.add_argument("--malloc", choices=("stable", "default"), default="stable",
                     help="stable: glibc keeps freed memory (same env for bare, daemon and worker); "
                          "default: glibc as is, whose page faults swing the step time from process to process")
@@ -840,9 +898,26 @@ def main() -> int:
         asyncio.run(puller_main(args))
         return 0
 
-    global ENV
+    global ENV, NODE_CPUS, PEER_CPUS
     if args.malloc == "stable":
         ENV = {**os.environ, **STABLE_MALLOC}
+    allowed = sorted(os.sched_getaffinity(0))
+    if args.pin and len(allowed) >= 2:
+        NODE_CPUS, PEER_CPUS = {allowed[0]}, set(allowed[1:])
+        os.sched_setaffinity(0, PEER_CPUS)  # this script polls and reads /proc: not the node's CPU
+        placement = (f"pinned (`--pin`): the node's processes (bare process; daemon and its worker, "
+                     f"all threads) on CPU {allowed[0]}, the pullers, py-spy and the script itself on CPU(s) "
+                     f"{','.join(map(str, allowed[1:]))} (peers on other machines; bare and served both get "
+                     f"exactly one core); other people's jobs may run on any CPU")
+    elif args.pin:
+        placement = (f"unpinned: `--pin` asked, but only {len(allowed)} CPU(s) in this process's affinity "
+                     f"mask, so every process shares {'it' if len(allowed) == 1 else 'them'}; the pullers take "
+                     f"CPU from the node that remote peers would not")
+        print(f"# --pin needs at least 2 CPUs, affinity has {allowed}: running unpinned", flush=True)
+    else:
+        placement = ("unpinned (`--no-pin`): every process may run on any CPU, so the pullers take CPU "
+                     "from the node that remote peers would not")
+    pinned = NODE_CPUS is not None
     data = pick_data(args.data)
     densities = [float(x) for x in args.densities.split(",") if x]
     from p2pnode.config import Config
@@ -866,6 +941,7 @@ def main() -> int:
     ncfg = frozen[densities[0]]
     print(f"# data {data}; {args.rounds} rounds of {args.window:g} s slices; densities {densities}; "
           f"modes {modes}; logs in {log_dir}", flush=True)
+    print(f"# CPU placement: {placement}", flush=True)
 
     results: list[dict[str, Any]] = []
     daemons: list[Daemon] = []
@@ -938,10 +1014,26 @@ def main() -> int:
     t, c = ncfg["training"], ncfg["compression"]
     verdict = [f"{mode} {headline[(d0, mode)][0]:.2f}" for mode in ("flood", "flood-nice", "paced", "idle")
                if (d0, mode) in headline]
+    if pinned:
+        noise = textwrap.fill(
+            "Pinned, the node has its own core in every setup: the worker CPU column shows how much of "
+            "it the worker gets, the rest going to the daemon (served) or to other people's jobs landing "
+            "on that core (*others*, machine-wide). The wall-clock ratio is then what serving costs a node "
+            "whose peers are other machines; the per-CPU-second ratio is the cost inside the step itself "
+            "(cache, memory bandwidth, the other core's load).", width=100, break_on_hyphens=False)
+    else:
+        noise = textwrap.fill(
+            f"Noise: the machine is saturated in every slice (worker + daemon + pullers + others add up to "
+            f"about {os.cpu_count()} cores), so the worker's share moves with whatever else runs and with how "
+            f"the kernel splits CPU between sessions (autogroups); compare the *worker CPU* column across "
+            f"rows. The wall-clock ratio is therefore wide (see its IQR); the per-CPU-second ratio is the "
+            f"cost of the code itself, and the CPU columns are what serving takes from a machine.",
+            width=100, break_on_hyphens=False)
     text = f"""{SECTION}
 
 One node's training speed while its daemon serves three peers, against the same training loop
-run bare, in one run (`scripts/bench_overhead.py`; its docstring has the method). Served / bare
+run bare, in one run (`scripts/bench_overhead.py`; its docstring has the method), CPUs
+{"pinned: node on one core, pullers on another (peers on other machines)" if pinned else "unpinned: node and pullers share the cores"}. Served / bare
 at {"the default" if d0 == default_density else "a"} {d0 * 100:g} % publish density, median of per-round ratios: {', '.join(verdict)}
 (goal: at least 0.9).
 
@@ -957,6 +1049,7 @@ at {"the default" if d0 == default_density else "a"} {d0 * 100:g} % publish dens
   {t['threads']} torch thread(s), lr {t['lr']:g}, gradient compressor `{c['gradient']}` (memory
   `{c['gradient_memory']}`), publish `topk:density=D` every {c['publish_every']} step(s), values
   {c['value_dtype']}, log of {c['log_size']} versions
+- CPU placement: {placement}
 - processes started with {"`" + " ".join(f"{k}={v}" for k, v in STABLE_MALLOC.items()) + "` (`--malloc stable`)" if ENV else "glibc's default malloc settings"}
 - {args.rounds} rounds, each measuring every setup for {args.window:g} s in a shuffled order;
   {args.loops} pullers in {args.puller_procs} process(es) per set; "paced" = one pull every
@@ -975,13 +1068,9 @@ its idle level divided by the requests it answered.
 
 {speed}
 
-{reading(results, d0)}
+{reading(results, d0, pinned)}
 
-Noise: the machine is saturated in every slice (worker + daemon + pullers + others add up to
-about {os.cpu_count()} cores), so the worker's share moves with whatever else runs and with how the
-kernel splits CPU between sessions (autogroups); compare the *worker CPU* column across rows.
-The wall-clock ratio is therefore wide (see its IQR); the per-CPU-second ratio is the cost of
-the code itself, and the CPU columns are what serving takes from a machine.
+{noise}
 
 Bytes per exchange: mean payload bytes by kind over all rounds, and % of the dense fp32 model:
 
