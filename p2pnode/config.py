@@ -124,6 +124,9 @@ class HttpConfig:
     max_request_bytes: int = 64 * 1024 * 1024
     #: largest model payload accepted from a peer, bytes
     max_payload_bytes: int = 512 * 1024 * 1024
+    #: seconds a "nothing new" (304) answer waits for the next publish before it is sent;
+    #: bounds what a peer polling flat out costs; keep it well under exchange.timeout
+    not_modified_hold: float = 0.25
 
 
 @dataclass
@@ -307,6 +310,9 @@ def validate(cfg: Config) -> None:
     _positive("checkpoint.interval", cfg.checkpoint.interval, allow_zero=True)
     _positive("http.max_request_bytes", cfg.http.max_request_bytes)
     _positive("http.max_payload_bytes", cfg.http.max_payload_bytes)
+    _positive("http.not_modified_hold", cfg.http.not_modified_hold, allow_zero=True)
+    if cfg.http.not_modified_hold >= x.timeout:
+        raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
     m = cfg.membership
     _choice("membership.protocol", m.protocol, ("simple", "swim"))
     _choice("membership.profile", m.profile, ("lan", "wan"))

@@ -71,6 +71,15 @@ class HttpApi:
         if publisher is None:
             return error(503, "model not ready")
         result = publisher.serve_now(since, epoch)  # 304 or newest delta: no thread hop
+        hold = self.cfg.http.not_modified_hold
+        if result is not None and result.status == 304 and hold > 0:
+            # Nothing new: hold the answer until the next publish (or ``hold`` seconds), so a
+            # peer polling flat out costs one request per publish, not thousands a second.
+            await self.trainer.wait_published(result.version, publisher.epoch, hold)
+            publisher = self.trainer.publisher
+            if publisher is None:
+                return error(503, "model not ready")
+            result = publisher.serve_now(since, epoch)
         if result is None:
             result = await asyncio.to_thread(publisher.serve, since, epoch)
         if result.status == 503:

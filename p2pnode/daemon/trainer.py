@@ -86,6 +86,8 @@ class Trainer:
         self.publisher: PublicModel | None = None
         self.spec: ModelSpec | None = None
         self.ready = asyncio.Event()  # set once the first worker said hello
+        #: notified whenever the public model changes (a publish, or a new worker's snapshot)
+        self.published = asyncio.Condition()
         self.step_changed = asyncio.Condition()
         self._tokens = itertools.count(1)
         self._pending: dict[int, asyncio.Future[m.Message]] = {}
@@ -130,6 +132,27 @@ class Trainer:
         reply = await self.request(m.Checkpoint(token=self.token()), timeout)
         assert isinstance(reply, m.Checkpointed)
         return reply
+
+    def _notify_published(self) -> None:
+        async def notify() -> None:
+            async with self.published:
+                self.published.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    async def wait_published(self, version: int, epoch: str, timeout: float) -> None:
+        """Wait until the public model moves past (epoch, version), at most ``timeout`` s."""
+
+        def moved() -> bool:
+            p = self.publisher
+            return p is None or p.version != version or p.epoch != epoch
+
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.published:
+                    await self.published.wait_for(moved)
+        except TimeoutError:
+            pass
 
     async def wait_step(self, after: int) -> int:
         """Wait until the worker has taken a step past ``after`` (or training is over)."""
@@ -235,6 +258,7 @@ class Trainer:
             s.published_version = msg.version
             self.metrics.published_version.set(msg.version)
             self.metrics.published_bytes.inc(len(msg.delta))
+            self._notify_published()
         elif isinstance(msg, m.Hello):
             await self._on_hello(msg)
         elif isinstance(msg, m.Evaluated):
@@ -263,6 +287,7 @@ class Trainer:
         publisher = PublicModel(self.spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size)
         await asyncio.to_thread(publisher.reset, msg.snapshot)
         self.publisher = publisher
+        self._notify_published()
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
         self.metrics.published_version.set(msg.version)
