@@ -8,7 +8,7 @@ alike); whichever setup is not being measured is idle or stopped (SIGSTOP), so c
 
 * **bare**: ``LocalTrainer`` (same Config: small CNN, Fashion-MNIST if installed else
   synthetic, batch 64, 1 torch thread) stepped in a plain process: no daemon, no publishing;
-* **bare + publish**: the same process, also calling ``PublicCopy.publish`` after every step
+* **bare + publish**: the same process, also calling ``PublicCopy.publish`` every ``publish_every`` steps
   (and encoding the pipe message) as the worker does: the worker's own share of the cost;
 * per publish density (``--densities``), a real ``p2pnode start`` daemon (subprocess, real
   spawned worker, no peers of its own: it only trains, publishes and serves;
@@ -804,7 +804,7 @@ def reading(results: list[dict[str, Any]], density: float, pinned: bool = False)
     out = []
     if b and bp:
         extra = bp["ms"] - b["ms"]
-        out.append(f"Publishing alone (`PublicCopy.publish` after every step: top-k of x - x̂ per tensor, "
+        out.append(f"Publishing alone (`PublicCopy.publish` every `compression.publish_every` steps: top-k of x - x̂ per tensor, "
                    f"then encoding; no daemon) adds {extra:.1f} ms of CPU to a {b['ms']:.1f} ms step "
                    f"({100 * extra / b['ms']:.0f} %) and runs at {bp['ratio']:.2f} of bare.")
     if idle:
