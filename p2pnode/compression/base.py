@@ -212,3 +212,21 @@ class Sparsifier(Compressor):
         """Exact :func:`payload_bytes` of the index + value payload for ``count`` elements."""
         return payload_bytes({"i": ArraySpec(index_dtype(numel), (count,)),
                               "v": ArraySpec(dtype, (count,))})
+
+
+class DensitySparsifier(Sparsifier):
+    """A sparsifier aiming at a kept fraction ``self.density``: ``select`` works out k (and
+    keeps everything when k reaches n); subclasses only say how to find k elements."""
+
+    density: float
+
+    def select(self, flat: torch.Tensor) -> torch.Tensor:
+        n = flat.numel()
+        k = kept_count(n, self.density)
+        if k >= n:
+            return torch.arange(n)
+        return self.select_k(flat, k)
+
+    @abstractmethod
+    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
+        """Indices (int64) of about ``k`` elements of ``flat`` to keep (0 < k < n)."""

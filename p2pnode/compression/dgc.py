@@ -15,14 +15,13 @@ from typing import Any
 import torch
 
 from p2pnode.compression.base import (
-    CompressionConfigError, Sparsifier, Traits, check_density, count_true, flatnonzero,
-    kept_count,
+    CompressionConfigError, DensitySparsifier, Traits, check_density, count_true, flatnonzero,
 )
 
 __all__ = ["DGCSampled"]
 
 
-class DGCSampled(Sparsifier):
+class DGCSampled(DensitySparsifier):
     """Sampled threshold + correction loop + hierarchical top-k (count <= k, usually = k)."""
 
     name = "dgc"
@@ -45,11 +44,8 @@ class DGCSampled(Sparsifier):
         return {"density": self.density, "sample": self.sample,
                 "hierarchical": self.hierarchical, "seed": self.seed}
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:
+    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
         n = flat.numel()
-        k = kept_count(n, self.density)
-        if k >= n:
-            return torch.arange(n)
         a = self._scratch.abs(flat)
         m = max(1, min(n, int(n * self.sample)))
         if m < n:

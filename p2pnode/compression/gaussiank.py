@@ -14,13 +14,13 @@ from typing import Any
 import torch
 
 from p2pnode.compression.base import (
-    Sparsifier, Traits, check_density, count_true, flatnonzero, kept_count,
+    DensitySparsifier, Traits, check_density, count_true, flatnonzero,
 )
 
 __all__ = ["GaussianK"]
 
 
-class GaussianK(Sparsifier):
+class GaussianK(DensitySparsifier):
     """Gaussian-fit threshold with a 3-round correction (count within [2k/3, 4k/3] mostly)."""
 
     name = "gaussiank"
@@ -34,11 +34,8 @@ class GaussianK(Sparsifier):
     def params(self) -> dict[str, Any]:
         return {"density": self.density}
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:
+    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
         n = flat.numel()
-        k = kept_count(n, self.density)
-        if k >= n:
-            return torch.arange(n)
         mu = float(flat.mean())
         a = self._scratch.abs(flat)
         if mu != 0.0:  # |x - mu| into the same scratch buffer, no temporary

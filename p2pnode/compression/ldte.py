@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from p2pnode.compression.base import (
-    CompressionConfigError, Sparsifier, Traits, check_density, count_true, flatnonzero, kept_count,
+    CompressionConfigError, DensitySparsifier, Traits, check_density, count_true, flatnonzero,
 )
 
 __all__ = ["LDTEBS", "LaplaceThreshold"]
@@ -45,7 +45,7 @@ __all__ = ["LDTEBS", "LaplaceThreshold"]
 _SHRINK_FRACTION = 0.25
 
 
-class LDTEBS(Sparsifier):
+class LDTEBS(DensitySparsifier):
     """Top-k by a Laplace-fit threshold, corrected by binary search to ``|count - k| <= tol*k``.
 
     ``stats`` after each call: ``probes`` (full + candidate counting passes), ``fallback``
@@ -84,11 +84,8 @@ class LDTEBS(Sparsifier):
         gauss = b * math.sqrt(math.pi / 2) * NormalDist().inv_cdf(1.0 - 0.5 * k / n)
         return laplace, gauss
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:
+    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
         n = flat.numel()
-        k = kept_count(n, self.density)
-        if k >= n:
-            return torch.arange(n)
         scratch = self._scratch
         a = scratch.abs(flat)
         t, t_gauss = self.estimate(a, k)

@@ -12,14 +12,13 @@ from typing import Any
 import torch
 
 from p2pnode.compression.base import (
-    CompressionConfigError, Sparsifier, Traits, check_density, count_true, flatnonzero,
-    kept_count,
+    CompressionConfigError, DensitySparsifier, Traits, check_density, count_true, flatnonzero,
 )
 
 __all__ = ["RGCTrimmed"]
 
 
-class RGCTrimmed(Sparsifier):
+class RGCTrimmed(DensitySparsifier):
     """Trimmed top-k: exact k, at the cost of a few counting passes plus a small top-k."""
 
     name = "rgc"
@@ -37,11 +36,7 @@ class RGCTrimmed(Sparsifier):
     def params(self) -> dict[str, Any]:
         return {"density": self.density, "ratio": self.ratio}
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:
-        n = flat.numel()
-        k = kept_count(n, self.density)
-        if k >= n:
-            return torch.arange(n)
+    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
         a = self._scratch.abs(flat)
         mean, top = float(a.mean()), float(a.max())
         r = self.ratio

@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from p2pnode.compression.base import Sparsifier, Traits, check_density, kept_count
+from p2pnode.compression.base import DensitySparsifier, Traits, check_density
 
 __all__ = ["TopK"]
 
 
-class TopK(Sparsifier):
+class TopK(DensitySparsifier):
     """Keep exactly the k = round(density * n) elements of largest |x| (ties broken by torch).
 
     Exact but the slowest selection on large tensors (O(n log k) partial sort); biased, so use
@@ -30,10 +30,6 @@ class TopK(Sparsifier):
     def params(self) -> dict[str, Any]:
         return {"density": self.density}
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:
-        n = flat.numel()
-        k = kept_count(n, self.density)
-        if k >= n:
-            return torch.arange(n)
+    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
         a = self._scratch.abs(flat)
         return torch.topk(a, k, sorted=False).indices
