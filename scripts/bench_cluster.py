@@ -28,7 +28,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from p2pnode.checkpoint import CHECKPOINT_NAME, load  # noqa: E402
 from p2pnode.config import Config  # noqa: E402
 from p2pnode.worker.training import LocalTrainer  # noqa: E402
 
@@ -106,11 +105,7 @@ def run_variant(name: str, args: list[str], nodes: int, samples: int, port: int,
         if a == killed:
             continue
         s = last.get(a, {})
-        state = load(run / f"node{i}" / CHECKPOINT_NAME)
-        acc = None
-        if state is not None:
-            trainer.model.load_state_dict(state["model"])
-            acc = trainer.evaluate(0)[0]
+        acc = trainer.checkpoint_accuracy(run / f"node{i}")
         t = s.get("training", {})
         rows.append({"node": i, "accuracy": acc, "train_seconds": t.get("train_seconds"),
                      "samples": t.get("samples"), "received": s.get("bytes", {}).get("model_received", 0),

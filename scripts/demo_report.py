@@ -10,7 +10,6 @@ from pathlib import Path
 
 import torch
 
-from p2pnode.checkpoint import CHECKPOINT_NAME, load
 from p2pnode.config import Config
 from p2pnode.worker.training import LocalTrainer
 
@@ -30,15 +29,8 @@ def main() -> int:
     trainer = LocalTrainer(cfg)  # the test split and the model architecture
     rows = []
     for d in args.state_dirs:
-        state = load(Path(d) / CHECKPOINT_NAME)
         ident = json.loads((Path(d) / "identity.json").read_text())
-        s = by_dir.get(ident["node_id"], {})
-        if state is None:
-            rows.append((Path(d).name, None, s))
-            continue
-        trainer.model.load_state_dict(state["model"])
-        acc, _, _ = trainer.evaluate(0)
-        rows.append((Path(d).name, acc, s))
+        rows.append((Path(d).name, trainer.checkpoint_accuracy(Path(d)), by_dir.get(ident["node_id"], {})))
     print(f"\nwall time {status['elapsed_s']:.0f} s (start-up included; 'train s' is first step to last)")
     head = (f"{'node':<7} {'test acc':>8} {'steps':>6} {'samples':>8} {'train s':>8} {'sent MB':>8} {'recv MB':>8} "
             f"{'exch done':>9} {'skipped':>8}")

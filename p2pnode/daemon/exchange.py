@@ -22,7 +22,7 @@ from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.trainer import Trainer
 from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
-from p2pnode.net.client import PeerClient, PeerError
+from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
 
 log = logging.getLogger("p2pnode.exchange")
 
@@ -109,7 +109,7 @@ class Exchange:
         try:
             resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)
         except PeerError as exc:
-            self._failed(peer, rec, "timeout" if "no answer" in str(exc) else "error", str(exc))
+            self._failed(peer, rec, "timeout" if isinstance(exc, PeerTimeout) else "error", str(exc))
             return False
         latency = time.monotonic() - started
         self.metrics.exchange_seconds.observe(latency)

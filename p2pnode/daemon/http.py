@@ -48,6 +48,8 @@ class HttpApi:
         self.metrics = metrics
         self.status = status
         self.healthy = healthy
+        #: model payload bytes this node has served (status shows it; metrics count it too)
+        self.bytes_served = 0
 
     def build_app(self, secret: bytes | None) -> web.Application:
         middlewares = [auth_middleware(secret, self.cfg.http.max_request_bytes,
@@ -88,6 +90,7 @@ class HttpApi:
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
             return web.Response(status=304, headers=headers)
+        self.bytes_served += len(result.body)
         self.metrics.bytes_served.inc(len(result.body))
         return web.Response(body=result.body, content_type=MSGPACK, headers=headers)
 

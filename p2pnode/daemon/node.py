@@ -81,6 +81,7 @@ class Node:
         self.addr = ""
         self.membership: Membership | None = None
         self.exchange: Exchange | None = None
+        self.api: HttpApi | None = None
         self.joined = False
 
     # --- pieces -----------------------------------------------------------------------------
@@ -142,7 +143,7 @@ class Node:
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
             "bytes": {"model_received": ex["totals"]["bytes_received"],
-                      "model_served": int(self.metrics.bytes_served._value.get()),
+                      "model_served": self.api.bytes_served if self.api else 0,
                       "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},
         }
 
@@ -218,8 +219,9 @@ class Node:
         self.addr = self.cfg.node.advertise or f"{bound_host}:{bound_port}"
         self.membership = self._build_membership()
         self.exchange = Exchange(self.cfg, self.trainer, self.membership, self.client, self.metrics, self.node_id)
-        api = HttpApi(self.cfg, self.trainer, self.metrics, self.status, lambda: self.trainer.state.worker_alive)
-        app = api.build_app(self.secret)
+        self.api = HttpApi(self.cfg, self.trainer, self.metrics, self.status,
+                           lambda: self.trainer.state.worker_alive)
+        app = self.api.build_app(self.secret)
         self.membership.add_routes(app)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()

@@ -23,6 +23,10 @@ class PeerError(Exception):
     """A peer did not answer usefully: timeout, connection refused, bad status or body."""
 
 
+class PeerTimeout(PeerError):
+    """The peer did not answer within the call's timeout."""
+
+
 @dataclass
 class Response:
     status: int
@@ -89,7 +93,7 @@ class PeerClient:
                     self.bytes_received += len(data)
                     return Response(resp.status, data, dict(resp.headers))
         except TimeoutError as exc:
-            raise PeerError(f"{addr}: no answer within {timeout:g} s") from exc
+            raise PeerTimeout(f"{addr}: no answer within {timeout:g} s") from exc
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise PeerError(f"{addr}: {exc.__class__.__name__}: {exc}") from exc
 

@@ -123,6 +123,17 @@ class LocalTrainer:
             correct += int((out.argmax(1) == y).sum())
         return correct / max(1, n), total_loss / max(1, n), n
 
+    def checkpoint_accuracy(self, state_dir: Path) -> float | None:
+        """Accuracy on the whole test set of the checkpoint in ``state_dir`` (None: there is
+        none). Loads it into this trainer's model: for reports after a run, not during one."""
+        from p2pnode.checkpoint import CHECKPOINT_NAME, load
+
+        state = load(Path(state_dir) / CHECKPOINT_NAME)
+        if state is None:
+            return None
+        self.model.load_state_dict(state["model"])
+        return self.evaluate(0)[0]
+
     def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
