@@ -131,8 +131,12 @@ class Exchange:
         self.metrics.bytes_received.inc(len(resp.body))
         try:
             applied = await self.trainer.deliver(peer.node_id, resp.body, weight=1.0 if adopt else -1.0)
-        except (TimeoutError, ConnectionError, OSError) as exc:
-            self._failed(peer, rec, "error", f"worker did not take the payload: {exc!r}")
+        except (TimeoutError, ConnectionError) as exc:
+            # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
+            # a skip that does not count against it.
+            log.info("payload from %s not applied, our worker did not take it: %r", peer.node_id, exc)
+            self.totals.skipped += 1
+            self.metrics.exchanges.labels("local").inc()
             rec.version, rec.epoch = -1, ""
             return False
         if not applied.ok:

@@ -93,6 +93,7 @@ class Trainer:
         self._pending: dict[int, asyncio.Future[m.Message]] = {}
         self._proc: mp.process.BaseProcess | None = None
         self._conn: Connection | None = None
+        self._reader: threading.Thread | None = None
         self._inbox: asyncio.Queue[m.Message | None] = asyncio.Queue()
         self._send_lock = asyncio.Lock()
         self._stopping = False
@@ -100,12 +101,17 @@ class Trainer:
     # --- talking to the worker ------------------------------------------------------------
 
     async def send(self, msg: m.Message) -> None:
-        conn = self._conn
-        if conn is None:
-            raise ConnectionError("no worker")
         data = m.encode(msg)
-        async with self._send_lock:  # big payloads: the pipe may block until the worker reads
-            await asyncio.to_thread(conn.send_bytes, data)
+        # The lock serialises writers (big payloads: the pipe may block until the worker reads)
+        # and keeps the pipe from being closed under a write in progress (see run()).
+        async with self._send_lock:
+            conn = self._conn
+            if conn is None:
+                raise ConnectionError("no worker")
+            try:
+                await asyncio.to_thread(conn.send_bytes, data)
+            except (OSError, ValueError) as exc:
+                raise ConnectionError(f"worker pipe: {exc!r}") from exc
 
     async def request(self, msg: m.PeerPayload | m.Checkpoint | m.Stop, timeout: float) -> m.Message:
         """Send a message carrying a token and wait for the worker's answer to it."""
@@ -117,6 +123,10 @@ class Trainer:
                 return await fut
         finally:
             self._pending.pop(msg.token, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # failed while we were still sending: already reported by send
 
     def token(self) -> int:
         return next(self._tokens)
@@ -177,8 +187,9 @@ class Trainer:
         child.close()
         self._conn = parent
         loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read_pipe, args=(parent, loop), daemon=True,
-                         name="p2pnode-worker-pipe").start()
+        self._reader = threading.Thread(target=self._read_pipe, args=(parent, loop), daemon=True,
+                                        name="p2pnode-worker-pipe")
+        self._reader.start()
 
     def _read_pipe(self, conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
         """Blocking reads in a thread; every message is handed to the loop in order."""
@@ -206,15 +217,23 @@ class Trainer:
                 await self._consume()
             finally:
                 self.state.worker_alive = False
-                if self._conn is not None:
-                    self._conn.close()
-                    self._conn = None
                 for fut in self._pending.values():
                     if not fut.done():
                         fut.set_exception(ConnectionError("worker exited"))
             proc = self._proc
             assert proc is not None
             await asyncio.to_thread(proc.join, 5.0)
+            if proc.is_alive():  # closed its pipe but did not exit: it will not be back
+                proc.kill()
+                await asyncio.to_thread(proc.join, 2.0)
+            # The worker is gone, so a read or write still in progress ends (EOF, EPIPE); the
+            # pipe is closed only then, never under a thread still using its descriptor.
+            if self._reader is not None:
+                await asyncio.to_thread(self._reader.join, 5.0)
+            async with self._send_lock:
+                if self._conn is not None:
+                    self._conn.close()
+                    self._conn = None
             if self._stopping:
                 return
             log.error("training worker exited (code %s); restarting from the last checkpoint", proc.exitcode)

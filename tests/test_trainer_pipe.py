@@ -1,0 +1,61 @@
+"""The trainer's pipe to its worker when the worker goes away mid-conversation.
+
+Deliveries in flight when the worker dies (a crash, or a stop during shutdown) must end in a
+ConnectionError or a timeout that the exchange actor handles, never in an error from a pipe
+closed under a write (CI once saw ``TypeError`` from ``write(None, ...)``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from p2pnode.config import Config
+from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.trainer import Trainer
+
+pytestmark = pytest.mark.slow
+
+
+def small_config(state_dir: str) -> Config:
+    cfg = Config()
+    cfg.node.state_dir = state_dir
+    cfg.training.data = "synthetic"
+    cfg.training.synthetic_samples = 512
+    cfg.training.eval_every = 0
+    cfg.checkpoint.interval = 0
+    return cfg
+
+
+@pytest.mark.timeout(90)
+async def test_deliveries_in_flight_when_the_worker_dies_fail_cleanly(tmp_path) -> None:
+    trainer = Trainer(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
+    runner = asyncio.create_task(trainer.run())
+    try:
+        await asyncio.wait_for(trainer.ready.wait(), 60)
+        first = trainer._proc
+        assert first is not None and first.pid is not None
+        # 4 MB of garbage per delivery: the pipe fills, so writes are in progress when it dies.
+        junk = os.urandom(4 << 20)
+        deliveries = [asyncio.create_task(trainer.deliver("peer", junk, timeout=20)) for _ in range(12)]
+        await asyncio.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)
+        results = await asyncio.gather(*deliveries, return_exceptions=True)
+        for r in results:
+            # the worker may have answered some before it died (and refused the garbage)
+            assert not isinstance(r, BaseException) or isinstance(r, (ConnectionError, TimeoutError)), repr(r)
+            if not isinstance(r, BaseException):
+                assert not r.ok and r.reason == "malformed", r
+        assert any(isinstance(r, ConnectionError) for r in results), results
+        # After the restart, deliveries work again.
+        while trainer._proc is first or not trainer.state.worker_alive:
+            await asyncio.sleep(0.1)
+        reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
+        assert not reply.ok and reply.reason == "malformed"
+        assert trainer.state.worker_restarts == 1
+    finally:
+        await trainer.stop(checkpoint=False)
+        await asyncio.wait_for(runner, 20)
