@@ -118,6 +118,7 @@ def test_secret_cluster_signs_checks_and_refuses_strangers(cluster) -> None:
     # nobody ever lists it. (Waited for first, so that its knocking does not skew the counts below.)
     assert stranger.proc.wait(40) == 1
     assert "no seed answered" in stranger.log()
+    assert "did not stop cleanly" not in stranger.log(), stranger.log()  # the worker was told, not killed
     for n in (a, b):
         members = signed_json(n.addr, "/v1/status")["members"]
         assert {m["node_id"] for m in members} == set(ids.values()), members

@@ -97,6 +97,7 @@ class Trainer:
         self._inbox: asyncio.Queue[m.Message | None] = asyncio.Queue()
         self._send_lock = asyncio.Lock()
         self._stopping = False
+        self._consuming = False  # run() is reading the worker's replies
 
     # --- talking to the worker ------------------------------------------------------------
 
@@ -213,9 +214,11 @@ class Trainer:
         while True:
             self._start_worker()
             started = time.monotonic()
+            self._consuming = True
             try:
                 await self._consume()
             finally:
+                self._consuming = False
                 self.state.worker_alive = False
                 for fut in self._pending.values():
                     if not fut.done():
@@ -320,12 +323,18 @@ class Trainer:
         proc = self._proc
         if proc is None:
             return
+        grace = 2.0  # for the worker's exit after its reply
         if self._conn is not None and proc.is_alive():
             try:
-                await self.request(m.Stop(checkpoint=checkpoint, token=self.token()), timeout)
-            except (TimeoutError, ConnectionError, OSError) as exc:
+                stop = m.Stop(checkpoint=checkpoint, token=self.token())
+                if self._consuming:
+                    await self.request(stop, timeout)
+                else:  # run() was cancelled: nobody reads the reply, the worker's exit is the answer
+                    await asyncio.wait_for(self.send(stop), timeout)
+                    grace = timeout
+            except (TimeoutError, ConnectionError) as exc:
                 log.warning("worker did not stop cleanly: %r", exc)
-        await asyncio.to_thread(proc.join, 2.0)
+        await asyncio.to_thread(proc.join, grace)
         if proc.is_alive():
             proc.kill()
             await asyncio.to_thread(proc.join, 2.0)
