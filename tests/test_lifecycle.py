@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -67,3 +68,18 @@ def test_sigterm_and_sigint_stop_gracefully(cluster) -> None:
     print(f"stop took {took['b']:.2f} s (SIGTERM), {took['c']:.2f} s (SIGINT)")
 
 
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_with_a_hung_worker_still_exits_within_10_s(cluster) -> None:
+    """A worker that no longer answers (frozen here with SIGSTOP) cannot write the final
+    checkpoint; the daemon says so, kills it, and still exits 0 within the 10 s systemd allows."""
+    a = cluster("a")
+    a.wait_ready()
+    wait_for(lambda: a.status()["training"]["step"] >= 5, 30, "a to train")
+    worker = worker_pid(a.proc.pid)
+    os.kill(worker, signal.SIGSTOP)
+    took = stop_and_time(a, signal.SIGTERM)
+    assert not pid_alive(worker), "the frozen worker outlived its daemon"
+    assert "the final checkpoint was not written" in a.log()
+    print(f"stopped with a hung worker in {took:.1f} s")

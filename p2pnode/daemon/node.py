@@ -200,12 +200,15 @@ class Node:
         log.info("shutting down: leaving the cluster, writing a final checkpoint")
         notify.notify("STOPPING=1")
         assert self.membership is not None
+        # systemd (and the tests) allow 10 s from SIGTERM to exit: leave, final checkpoint and
+        # a hung worker's 2 s grace before it is killed all fit in 7.
+        started = time.monotonic()
         try:
             async with asyncio.timeout(2.0):
                 await self.membership.leave()
         except TimeoutError:
             log.warning("leave announcement did not finish in 2 s")
-        await self.trainer.stop(checkpoint=True, timeout=5.0)
+        await self.trainer.stop(checkpoint=True, timeout=5.0 - (time.monotonic() - started))
         raise ShutdownRequested
 
     # --- life -------------------------------------------------------------------------------

@@ -333,7 +333,8 @@ class Trainer:
                     await asyncio.wait_for(self.send(stop), timeout)
                     grace = timeout
             except (TimeoutError, ConnectionError) as exc:
-                log.warning("worker did not stop cleanly: %r", exc)
+                log.warning("worker did not stop cleanly (%r)%s", exc,
+                            "; the final checkpoint was not written" if checkpoint else "")
         await asyncio.to_thread(proc.join, grace)
         if proc.is_alive():
             proc.kill()
