@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,21 +57,30 @@ def status(addr: str) -> dict[str, Any] | None:
         return None
 
 
+def loopback(i: int) -> tuple[list[str], str]:
+    """Where node i runs: no command prefix, on loopback."""
+    return [], "127.0.0.1"
+
+
 def run_variant(name: str, args: list[str], nodes: int, samples: int, port: int, workdir: Path,
-                timeout: float) -> dict[str, Any]:
+                timeout: float, place: Callable[[int], tuple[list[str], str]] = loopback) -> dict[str, Any]:
+    """``place(i)`` gives node i's command prefix and host (scripts/bench_thin.py puts each node
+    in its own network namespace); node i listens on port + i of its host."""
     run = workdir / name
     subprocess.run(["rm", "-rf", str(run)], check=True)
     run.mkdir(parents=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     procs, addrs = [], []
     for i in range(nodes):
-        addr = f"127.0.0.1:{port + i}"
-        cmd = [sys.executable, "-m", "p2pnode", "start", "--listen", addr, "--state-dir", str(run / f"node{i}"),
+        prefix, host = place(i)
+        addr = f"{host}:{port + i}"
+        cmd = [*prefix, sys.executable, "-m", "p2pnode", "start", "--listen", addr,
+               "--state-dir", str(run / f"node{i}"),
                "--data", "fashion-mnist", "--shard", f"{i}/{nodes}",
                "--set", f"training.max_samples={samples}", "--set", "training.lr_schedule=cosine",
                "--set", "training.eval_every=0", *args]
         if i:
-            cmd += ["--seed", f"127.0.0.1:{port}"]
+            cmd += ["--seed", addrs[0]]
         with open(run / f"node{i}.log", "wb") as log:
             procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT))
         addrs.append(addr)
@@ -133,10 +143,10 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def write_section(text: str) -> None:
+def write_section(text: str, head: str = "## Cluster training") -> None:
+    """Replace the section of docs/BENCHMARKS.md whose heading starts with ``head`` (or append it)."""
     path = ROOT / "docs" / "BENCHMARKS.md"
     doc = path.read_text() if path.exists() else "# Benchmarks\n"
-    head = "## Cluster training"
     start = doc.find(head)
     if start >= 0:
         end = doc.find("\n## ", start + len(head))
