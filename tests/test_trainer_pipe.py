@@ -38,18 +38,16 @@ async def test_deliveries_in_flight_when_the_worker_dies_fail_cleanly(tmp_path) 
         await asyncio.wait_for(trainer.ready.wait(), 60)
         first = trainer._proc
         assert first is not None and first.pid is not None
-        # 4 MB of garbage per delivery: the pipe fills, so writes are in progress when it dies.
+        # Frozen, the worker reads nothing: the first 4 MB write blocks in the pipe, the others
+        # queue behind it, and none can be answered; then it dies under them.
+        os.kill(first.pid, signal.SIGSTOP)
         junk = os.urandom(4 << 20)
         deliveries = [asyncio.create_task(trainer.deliver("peer", junk, timeout=20)) for _ in range(12)]
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert not any(d.done() for d in deliveries)
         os.kill(first.pid, signal.SIGKILL)
         results = await asyncio.gather(*deliveries, return_exceptions=True)
-        for r in results:
-            # the worker may have answered some before it died (and refused the garbage)
-            assert not isinstance(r, BaseException) or isinstance(r, (ConnectionError, TimeoutError)), repr(r)
-            if not isinstance(r, BaseException):
-                assert not r.ok and r.reason == "malformed", r
-        assert any(isinstance(r, ConnectionError) for r in results), results
+        assert all(isinstance(r, ConnectionError) for r in results), results
         # After the restart, deliveries work again.
         while trainer._proc is first or not trainer.state.worker_alive:
             await asyncio.sleep(0.1)
