@@ -46,6 +46,10 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "mean-threshold": ("defaults with the paper's gradient mask", ["--set", "compression.gradient=mean-threshold"]),
     "alone": ("no exchange at all (each node alone on its shard)", ["--set", "exchange.every=1000000"]),
     "kill": ("defaults, last node SIGKILLed half way", []),
+    "lr0.15": ("defaults but lr 0.15", ["--set", "training.lr=0.15"]),
+    "lr0.3": ("defaults but lr 0.3", ["--set", "training.lr=0.3"]),
+    "top20": ("defaults but publish top-20 %", ["--set", "compression.publish=topk:density=0.2"]),
+    "contribution": ("defaults but loss-weighted averaging", ["--set", "exchange.averaging=contribution"]),
 }
 
 

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -125,8 +126,8 @@ def run_p2pnode(topo: Topology, samples: int, port: int, workdir: Path, timeout:
 def table(rows: list[dict[str, Any]]) -> str:
     out = ["| link (each node, both ways) | DDP: training time | DDP: accuracy | DDP: bytes on the wire | "
            "p2pnode: training time (slowest node) | p2pnode: accuracy min / median | p2pnode: bytes on the wire | "
-           "time, DDP / p2pnode |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+           "p2pnode: exchanges (skipped) per node, median | time, DDP / p2pnode |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         d, p = row["ddp"], row["p2pnode"]
         if d["steps"] == d["of_steps"]:
@@ -138,8 +139,10 @@ def table(rows: list[dict[str, Any]]) -> str:
         p_acc = (f"{100 * p['min_acc']:.2f} % / {100 * p['median_acc']:.2f} %" if p["min_acc"] is not None else "-")
         p_time = p["max_train_s"]
         ratio = f"{d_full / p_time:.1f}x" if p_time else "-"
+        ex = statistics.median([x["exchanges"] for x in p["rows"]]) if p["rows"] else 0
+        sk = statistics.median([x["skipped"] for x in p["rows"]]) if p["rows"] else 0
         out.append(f"| {row['rate']} | {d_time} | {d_acc} | {d['wire_sent'] / 1e9:.2f} GB | "
-                   f"{p_time:.0f} s | {p_acc} | {p['wire_sent'] / 1e6:.0f} MB | {ratio} |")
+                   f"{p_time:.0f} s | {p_acc} | {p['wire_sent'] / 1e6:.0f} MB | {ex:.0f} ({sk:.0f}) | {ratio} |")
     return "\n".join(out)
 
 
