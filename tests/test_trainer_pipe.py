@@ -57,3 +57,55 @@ async def test_deliveries_in_flight_when_the_worker_dies_fail_cleanly(tmp_path) 
     finally:
         await trainer.stop(checkpoint=False)
         await asyncio.wait_for(runner, 20)
+
+
+@pytest.mark.timeout(90)
+async def test_stop_with_a_hung_worker_and_a_blocked_write_returns(tmp_path) -> None:
+    """A frozen worker with a delivery stuck half-written in the pipe: stop() must still give
+    up on its timeout and kill the worker, not wait behind the stuck write for ever."""
+    trainer = Trainer(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
+    runner = asyncio.create_task(trainer.run())
+    try:
+        await asyncio.wait_for(trainer.ready.wait(), 60)
+        proc = trainer._proc
+        assert proc is not None and proc.pid is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        stuck = asyncio.create_task(trainer.deliver("peer", os.urandom(4 << 20), timeout=600))
+        await asyncio.sleep(0.3)
+        assert not stuck.done()
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(trainer.stop(checkpoint=True, timeout=2.0), 30)
+        assert asyncio.get_running_loop().time() - started < 10
+        assert not proc.is_alive()
+        with pytest.raises(ConnectionError):
+            await asyncio.wait_for(stuck, 10)
+        await asyncio.wait_for(runner, 20)
+    finally:
+        if not runner.done():
+            runner.cancel()
+
+
+@pytest.mark.timeout(90)
+async def test_a_request_timing_out_mid_write_does_not_let_the_next_message_interleave(tmp_path) -> None:
+    """A delivery whose timeout strikes while its bytes are still going into the pipe: the
+    next message must wait for them, or the worker would read a corrupt stream."""
+    trainer = Trainer(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
+    runner = asyncio.create_task(trainer.run())
+    try:
+        await asyncio.wait_for(trainer.ready.wait(), 60)
+        proc = trainer._proc
+        assert proc is not None and proc.pid is not None
+        os.kill(proc.pid, signal.SIGSTOP)
+        timed_out = asyncio.create_task(trainer.deliver("peer", os.urandom(4 << 20), timeout=0.5))
+        await asyncio.sleep(1.0)  # its timeout has struck; its write is still stuck in the pipe
+        assert not timed_out.done()
+        os.kill(proc.pid, signal.SIGCONT)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(timed_out, 30)
+        # The worker read the whole 4 MB message and answers the next one: the stream is intact.
+        reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
+        assert not reply.ok and reply.reason == "malformed"
+        assert trainer.state.worker_restarts == 0
+    finally:
+        await trainer.stop(checkpoint=False)
+        await asyncio.wait_for(runner, 20)

@@ -109,8 +109,21 @@ class Trainer:
             conn = self._conn
             if conn is None:
                 raise ConnectionError("no worker")
+            write = asyncio.ensure_future(asyncio.to_thread(conn.send_bytes, data))
             try:
-                await asyncio.to_thread(conn.send_bytes, data)
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                # The thread writes on regardless; giving up the lock now would let the next
+                # message interleave with this one's bytes. Hold it until the write ends (a
+                # hung worker is killed by stop(), whose own wait for the lock times out).
+                while not write.done():
+                    try:
+                        await asyncio.wait([write])
+                    except asyncio.CancelledError:
+                        continue  # the first cancellation is re-raised below
+                if not write.cancelled():
+                    write.exception()  # seen: the caller hears of the cancellation instead
+                raise
             except (OSError, ValueError) as exc:
                 raise ConnectionError(f"worker pipe: {exc!r}") from exc
 
@@ -119,8 +132,8 @@ class Trainer:
         fut: asyncio.Future[m.Message] = asyncio.get_running_loop().create_future()
         self._pending[msg.token] = fut
         try:
-            await self.send(msg)
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout):  # waiting for the pipe counts too
+                await self.send(msg)
                 return await fut
         finally:
             self._pending.pop(msg.token, None)
