@@ -115,9 +115,10 @@ def run_ddp(topo: Topology, samples: int, max_seconds: float, port: int) -> dict
     return result
 
 
-def run_p2pnode(topo: Topology, samples: int, port: int, workdir: Path, timeout: float) -> dict[str, Any]:
+def run_p2pnode(topo: Topology, samples: int, port: int, workdir: Path, timeout: float,
+                extra: list[str]) -> dict[str, Any]:
     before = topo.counters()
-    r = run_variant("defaults", [], topo.n, samples, port, workdir, timeout, place=topo.place)
+    r = run_variant("defaults", extra, topo.n, samples, port, workdir, timeout, place=topo.place)
     after = topo.counters()
     r["wire_sent"] = after[0] - before[0]
     return r
@@ -130,7 +131,9 @@ def table(rows: list[dict[str, Any]]) -> str:
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         d, p = row["ddp"], row["p2pnode"]
-        if d["steps"] == d["of_steps"]:
+        if d is None:
+            d_time = d_acc = d_full = None
+        elif d["steps"] == d["of_steps"]:
             d_time, d_acc, d_full = f"{d['seconds']:.0f} s", f"{100 * d['accuracy']:.2f} %", d["seconds"]
         else:
             d_full = d["seconds"] * d["of_steps"] / max(1, d["steps"])
@@ -138,10 +141,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             d_acc = "-"
         p_acc = (f"{100 * p['min_acc']:.2f} % / {100 * p['median_acc']:.2f} %" if p["min_acc"] is not None else "-")
         p_time = p["max_train_s"]
-        ratio = f"{d_full / p_time:.1f}x" if p_time else "-"
+        ratio = f"{d_full / p_time:.1f}x" if p_time and d_full else "-"
+        d_bytes = f"{d['wire_sent'] / 1e9:.2f} GB" if d else "-"
         ex = statistics.median([x["exchanges"] for x in p["rows"]]) if p["rows"] else 0
         sk = statistics.median([x["skipped"] for x in p["rows"]]) if p["rows"] else 0
-        out.append(f"| {row['rate']} | {d_time} | {d_acc} | {d['wire_sent'] / 1e9:.2f} GB | "
+        out.append(f"| {row['rate']} | {d_time or '-'} | {d_acc or '-'} | {d_bytes} | "
                    f"{p_time:.0f} s | {p_acc} | {p['wire_sent'] / 1e6:.0f} MB | {ex:.0f} ({sk:.0f}) | {ratio} |")
     return "\n".join(out)
 
@@ -155,6 +159,9 @@ def main() -> int:
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="stop DDP after this much training and report its pace (0: never)")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a p2pnode setting for every node (as `p2pnode start --set`)")
+    ap.add_argument("--skip-ddp", action="store_true", help="run p2pnode only")
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_thin"))
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -167,11 +174,14 @@ def main() -> int:
         topo.up()
         for rate in args.rates:
             topo.set_rate(rate)
-            print(f"== {rate}: DDP", flush=True)
-            ddp = run_ddp(topo, args.samples, args.ddp_max_seconds, 29533)
-            print(json.dumps(ddp), flush=True)
-            print(f"== {rate}: p2pnode defaults", flush=True)
-            p2p = run_p2pnode(topo, args.samples, 7571, Path(args.workdir) / rate, args.timeout)
+            ddp = None
+            if not args.skip_ddp:
+                print(f"== {rate}: DDP", flush=True)
+                ddp = run_ddp(topo, args.samples, args.ddp_max_seconds, 29533)
+                print(json.dumps(ddp), flush=True)
+            print(f"== {rate}: p2pnode {' '.join(args.set) or 'defaults'}", flush=True)
+            extra = [a for kv in args.set for a in ("--set", kv)]
+            p2p = run_p2pnode(topo, args.samples, 7571, Path(args.workdir) / rate, args.timeout, extra)
             print(json.dumps({k: v for k, v in p2p.items() if k != "rows"}), flush=True)
             rows.append({"rate": rate, "ddp": ddp, "p2pnode": p2p})
     finally:
@@ -189,7 +199,9 @@ def main() -> int:
                f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {os.cpu_count()} CPUs, "
                f"{platform.processor() or platform.machine()}, load average {os.getloadavg()[0]:.1f} at the end"
                f"\n\n{text}\n")
-    if not args.no_write:
+    if not args.no_write and (args.set or args.skip_ddp):
+        print("not written to docs/BENCHMARKS.md: that table is DDP against the defaults", file=sys.stderr)
+    elif not args.no_write:
         write_section(section, "## Thin links")
     return 0
 
