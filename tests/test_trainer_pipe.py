@@ -8,8 +8,11 @@ closed under a write (CI once saw ``TypeError`` from ``write(None, ...)``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +21,8 @@ from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.trainer import Trainer
 
 pytestmark = pytest.mark.slow
+
+PAYLOAD = 4 << 20  # far more than a pipe holds: a write of it blocks until the worker reads
 
 
 def small_config(state_dir: str) -> Config:
@@ -30,47 +35,51 @@ def small_config(state_dir: str) -> Config:
     return cfg
 
 
-@pytest.mark.timeout(90)
-async def test_deliveries_in_flight_when_the_worker_dies_fail_cleanly(tmp_path) -> None:
-    trainer = Trainer(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
-    runner = asyncio.create_task(trainer.run())
-    try:
-        await asyncio.wait_for(trainer.ready.wait(), 60)
-        first = trainer._proc
-        assert first is not None and first.pid is not None
-        # Frozen, the worker reads nothing: the first 4 MB write blocks in the pipe, the others
-        # queue behind it, and none can be answered; then it dies under them.
-        os.kill(first.pid, signal.SIGSTOP)
-        junk = os.urandom(4 << 20)
-        deliveries = [asyncio.create_task(trainer.deliver("peer", junk, timeout=20)) for _ in range(12)]
-        await asyncio.sleep(0.3)
-        assert not any(d.done() for d in deliveries)
-        os.kill(first.pid, signal.SIGKILL)
-        results = await asyncio.gather(*deliveries, return_exceptions=True)
-        assert all(isinstance(r, ConnectionError) for r in results), results
-        # After the restart, deliveries work again.
-        while trainer._proc is first or not trainer.state.worker_alive:
-            await asyncio.sleep(0.1)
-        reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
-        assert not reply.ok and reply.reason == "malformed"
-        assert trainer.state.worker_restarts == 1
-    finally:
-        await trainer.stop(checkpoint=False)
-        await asyncio.wait_for(runner, 20)
-
-
-@pytest.mark.timeout(90)
-async def test_stop_with_a_hung_worker_and_a_blocked_write_returns(tmp_path) -> None:
-    """A frozen worker with a delivery stuck half-written in the pipe: stop() must still give
-    up on its timeout and kill the worker, not wait behind the stuck write for ever."""
-    trainer = Trainer(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
+@contextlib.asynccontextmanager
+async def frozen_worker(state_dir: Path) -> AsyncIterator[tuple[Trainer, int]]:
+    """A running Trainer whose ready worker is frozen with SIGSTOP; yields it and the worker pid.
+    Afterwards the trainer is stopped (killing the worker if need be) and its actor awaited."""
+    trainer = Trainer(small_config(str(state_dir)), "t" * 16, NodeMetrics())
     runner = asyncio.create_task(trainer.run())
     try:
         await asyncio.wait_for(trainer.ready.wait(), 60)
         proc = trainer._proc
         assert proc is not None and proc.pid is not None
         os.kill(proc.pid, signal.SIGSTOP)
-        stuck = asyncio.create_task(trainer.deliver("peer", os.urandom(4 << 20), timeout=600))
+        yield trainer, proc.pid
+    finally:
+        await trainer.stop(checkpoint=False)
+        await asyncio.wait_for(runner, 20)
+
+
+@pytest.mark.timeout(90)
+async def test_deliveries_in_flight_when_the_worker_dies_fail_cleanly(tmp_path) -> None:
+    async with frozen_worker(tmp_path) as (trainer, pid):
+        # Frozen, the worker reads nothing: the first write blocks in the pipe, the others
+        # queue behind it, and none can be answered; then it dies under them.
+        junk = os.urandom(PAYLOAD)
+        deliveries = [asyncio.create_task(trainer.deliver("peer", junk, timeout=20)) for _ in range(12)]
+        await asyncio.sleep(0.3)
+        assert not any(d.done() for d in deliveries)
+        os.kill(pid, signal.SIGKILL)
+        results = await asyncio.gather(*deliveries, return_exceptions=True)
+        assert all(isinstance(r, ConnectionError) for r in results), results
+        # After the restart, deliveries work again.
+        while trainer._proc is None or trainer._proc.pid == pid or not trainer.state.worker_alive:
+            await asyncio.sleep(0.1)
+        reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
+        assert not reply.ok and reply.reason == "malformed"
+        assert trainer.state.worker_restarts == 1
+
+
+@pytest.mark.timeout(90)
+async def test_stop_with_a_hung_worker_and_a_blocked_write_returns(tmp_path) -> None:
+    """A frozen worker with a delivery stuck half-written in the pipe: stop() must still give
+    up on its timeout and kill the worker, not wait behind the stuck write for ever."""
+    async with frozen_worker(tmp_path) as (trainer, pid):
+        proc = trainer._proc
+        assert proc is not None
+        stuck = asyncio.create_task(trainer.deliver("peer", os.urandom(PAYLOAD), timeout=600))
         await asyncio.sleep(0.3)
         assert not stuck.done()
         started = asyncio.get_running_loop().time()
@@ -79,33 +88,20 @@ async def test_stop_with_a_hung_worker_and_a_blocked_write_returns(tmp_path) -> 
         assert not proc.is_alive()
         with pytest.raises(ConnectionError):
             await asyncio.wait_for(stuck, 10)
-        await asyncio.wait_for(runner, 20)
-    finally:
-        if not runner.done():
-            runner.cancel()
 
 
 @pytest.mark.timeout(90)
 async def test_a_request_timing_out_mid_write_does_not_let_the_next_message_interleave(tmp_path) -> None:
     """A delivery whose timeout strikes while its bytes are still going into the pipe: the
     next message must wait for them, or the worker would read a corrupt stream."""
-    trainer = Trainer(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
-    runner = asyncio.create_task(trainer.run())
-    try:
-        await asyncio.wait_for(trainer.ready.wait(), 60)
-        proc = trainer._proc
-        assert proc is not None and proc.pid is not None
-        os.kill(proc.pid, signal.SIGSTOP)
-        timed_out = asyncio.create_task(trainer.deliver("peer", os.urandom(4 << 20), timeout=0.5))
+    async with frozen_worker(tmp_path) as (trainer, pid):
+        timed_out = asyncio.create_task(trainer.deliver("peer", os.urandom(PAYLOAD), timeout=0.5))
         await asyncio.sleep(1.0)  # its timeout has struck; its write is still stuck in the pipe
         assert not timed_out.done()
-        os.kill(proc.pid, signal.SIGCONT)
+        os.kill(pid, signal.SIGCONT)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(timed_out, 30)
-        # The worker read the whole 4 MB message and answers the next one: the stream is intact.
+        # The worker read the whole message and answers the next one: the stream is intact.
         reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
         assert not reply.ok and reply.reason == "malformed"
         assert trainer.state.worker_restarts == 0
-    finally:
-        await trainer.stop(checkpoint=False)
-        await asyncio.wait_for(runner, 20)
