@@ -21,14 +21,15 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
+from demo_watch import fetch as status  # noqa: E402
 from p2pnode.config import Config  # noqa: E402
 from p2pnode.worker.training import LocalTrainer  # noqa: E402
 
@@ -51,14 +52,6 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "top20": ("defaults but publish top-20 %", ["--set", "compression.publish=topk:density=0.2"]),
     "contribution": ("defaults but loss-weighted averaging", ["--set", "exchange.averaging=contribution"]),
 }
-
-
-def status(addr: str) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://{addr}/v1/status", timeout=3) as resp:
-            return json.load(resp)
-    except OSError:
-        return None
 
 
 def loopback(i: int) -> tuple[list[str], str]:
