@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from demo_watch import fetch as status  # noqa: E402
 from p2pnode.config import Config  # noqa: E402
-from p2pnode.worker.training import LocalTrainer  # noqa: E402
+from p2pnode.worker.training import ShardTrainer  # noqa: E402
 
 PAPER = ["--set", "exchange.every=1", "--set", "compression.publish_every=1",
          "--set", "compression.publish=topk:density=0.01", "--set", "compression.gradient=mean-threshold",
@@ -106,7 +106,7 @@ def run_variant(name: str, args: list[str], nodes: int, samples: int, port: int,
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
-    trainer = LocalTrainer(Config())
+    trainer = ShardTrainer(Config())
     rows = []
     for i, a in enumerate(addrs):
         if a == killed:

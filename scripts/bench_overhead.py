@@ -6,9 +6,9 @@ Setups, all alive for the whole run and measured in short slices, interleaved ro
 in a shuffled order (so that the load of whatever else runs on the machine hits every setup
 alike); whichever setup is not being measured is idle or stopped (SIGSTOP), so costs no CPU:
 
-* **bare**: ``LocalTrainer`` (same Config: small CNN, Fashion-MNIST if installed else
+* **bare**: ``ShardTrainer`` (same Config: small CNN, Fashion-MNIST if installed else
   synthetic, batch 64, 1 torch thread) stepped in a plain process: no daemon, no publishing;
-* **bare + publish**: the same process, also calling ``PublicCopy.publish`` every ``publish_every`` steps
+* **bare + publish**: the same process, also calling ``DeltaPublisher.publish`` every ``publish_every`` steps
   (and encoding the pipe message) as the worker does: the worker's own share of the cost;
 * per publish density (``--densities``), a real ``p2pnode start`` daemon (subprocess, real
   spawned worker, no peers of its own: it only trains, publishes and serves;
@@ -105,7 +105,7 @@ ENV: dict[str, str] | None = None  # environment of the processes we start (None
 NODE_CPUS: set[int] | None = None
 PEER_CPUS: set[int] | None = None
 BATCH = 64
-LABELS = {"bare": "bare LocalTrainer", "bare+publish": "bare + publish, no daemon",
+LABELS = {"bare": "bare ShardTrainer", "bare+publish": "bare + publish, no daemon",
           "idle": "daemon, nobody pulls", "flood": "daemon + 3 pullers flat out",
           "flood-nice": "daemon + 3 pullers flat out at nice 19",
           "paced": "daemon + 3 pullers, 1 pull/step each"}
@@ -258,16 +258,16 @@ def role_bare(args: argparse.Namespace) -> None:
     from p2pnode.config import Config
     from p2pnode.models import fingerprint
     from p2pnode.wire.codec import ModelSpec
-    from p2pnode.worker import messages as m
-    from p2pnode.worker.public import PublicCopy, floating_state
-    from p2pnode.worker.training import LocalTrainer
+    from p2pnode import pipe_protocol as m
+    from p2pnode.worker.public import DeltaPublisher, floating_state
+    from p2pnode.worker.training import ShardTrainer
 
     from p2pnode.config import load_file
 
     cfg = Config.from_dict(load_file(args.config))  # the very file the daemon runs with
-    trainer = LocalTrainer(cfg)
+    trainer = ShardTrainer(cfg)
     spec = ModelSpec.from_state_dict(floating_state(trainer.model), fingerprint(trainer.model))
-    public = PublicCopy(trainer.model, spec, build_sparsifier(cfg.compression.publish), "bare", "e", 0)
+    public = DeltaPublisher(trainer.model, spec, build_sparsifier(cfg.compression.publish), "bare", "e", 0)
 
     def step(publish: bool) -> None:
         loss = trainer.train_step()
@@ -804,7 +804,7 @@ def reading(results: list[dict[str, Any]], density: float, pinned: bool = False)
     out = []
     if b and bp:
         extra = bp["ms"] - b["ms"]
-        out.append(f"Publishing alone (`PublicCopy.publish` every `compression.publish_every` steps: top-k of x - x̂ per tensor, "
+        out.append(f"Publishing alone (`DeltaPublisher.publish` every `compression.publish_every` steps: top-k of x - x̂ per tensor, "
                    f"then encoding; no daemon) adds {extra:.1f} ms of CPU to a {b['ms']:.1f} ms step "
                    f"({100 * extra / b['ms']:.0f} %) and runs at {bp['ratio']:.2f} of bare.")
     if idle:

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from p2pnode.config import Config
-from p2pnode.worker.training import LocalTrainer
+from p2pnode.worker.training import ShardTrainer
 
 
 def main() -> int:
@@ -26,7 +26,7 @@ def main() -> int:
         if s:
             by_dir[s["node_id"]] = s
     cfg = Config()
-    trainer = LocalTrainer(cfg)  # the test split and the model architecture
+    trainer = ShardTrainer(cfg)  # the test split and the model architecture
     rows = []
     for d in args.state_dirs:
         ident = json.loads((Path(d) / "identity.json").read_text())

@@ -23,6 +23,7 @@ from p2pnode.daemon.trainer import Trainer
 from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
+from p2pnode.pipe_protocol import ADOPT, AVERAGE
 
 log = logging.getLogger("p2pnode.exchange")
 
@@ -130,7 +131,7 @@ class Exchange:
         self.totals.bytes_received += len(resp.body)
         self.metrics.bytes_received.inc(len(resp.body))
         try:
-            applied = await self.trainer.deliver(peer.node_id, resp.body, weight=1.0 if adopt else -1.0)
+            applied = await self.trainer.deliver(peer.node_id, resp.body, mode=ADOPT if adopt else AVERAGE)
         except (TimeoutError, ConnectionError) as exc:
             # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
             # a skip that does not count against it.

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from p2pnode import pipe_protocol as m
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.wire.codec import ModelSpec, Snapshot, decode
-from p2pnode.wire.publisher import PublicModel
-from p2pnode.worker import messages as m
+from p2pnode.wire.served import ServedModel
 from p2pnode.worker.main import run as worker_main
 
 log = logging.getLogger("p2pnode.trainer")
@@ -83,7 +83,7 @@ class Trainer:
         self.node_id = node_id
         self.metrics = metrics
         self.state = TrainingState()
-        self.publisher: PublicModel | None = None
+        self.publisher: ServedModel | None = None
         self.spec: ModelSpec | None = None
         self.ready = asyncio.Event()  # set once the first worker said hello
         #: notified whenever the public model changes (a publish, or a new worker's snapshot)
@@ -145,8 +145,8 @@ class Trainer:
     def token(self) -> int:
         return next(self._tokens)
 
-    async def deliver(self, peer: str, data: bytes, weight: float = -1.0, timeout: float = 30.0) -> m.Applied:
-        reply = await self.request(m.PeerPayload(token=self.token(), peer=peer, data=data, weight=weight), timeout)
+    async def deliver(self, peer: str, data: bytes, mode: m.PeerMode = m.AVERAGE, timeout: float = 30.0) -> m.Applied:
+        reply = await self.request(m.PeerPayload(token=self.token(), peer=peer, data=data, mode=mode), timeout)
         assert isinstance(reply, m.Applied)
         if not reply.ok:
             self.metrics.rejected.labels(reply.reason).inc()
@@ -319,7 +319,7 @@ class Trainer:
         snap = await asyncio.to_thread(decode, msg.snapshot, None, len(msg.snapshot))
         assert isinstance(snap, Snapshot)
         self.spec = ModelSpec(snap.header.fingerprint, list(snap.header.specs))
-        publisher = PublicModel(self.spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size)
+        publisher = ServedModel(self.spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size)
         await asyncio.to_thread(publisher.reset, msg.snapshot)
         self.publisher = publisher
         self._notify_published()

@@ -12,11 +12,11 @@ from p2pnode.wire.codec import (
     decode,
     encode,
 )
-from p2pnode.wire.publisher import PublicModel, ServeResult
 from p2pnode.wire.replica import Replica, ReplicaCache, ReplicaGap
+from p2pnode.wire.served import ServedModel, ServeResult
 
 __all__ = [
     "ArchitectureMismatch", "Delta", "Header", "ModelSpec", "NonFiniteError", "PayloadError",
-    "Snapshot", "TensorSpec", "decode", "encode", "PublicModel", "ServeResult", "Replica",
+    "Snapshot", "TensorSpec", "decode", "encode", "ServedModel", "ServeResult", "Replica",
     "ReplicaCache", "ReplicaGap",
 ]

@@ -23,12 +23,32 @@ from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.data import DataError
 from p2pnode.models import fingerprint
-from p2pnode.wire.codec import ArchitectureMismatch, ModelSpec, NonFiniteError, PayloadError
+from p2pnode.pipe_protocol import (
+    ADOPT,
+    Applied,
+    Checkpoint,
+    Checkpointed,
+    Evaluated,
+    Failed,
+    Hello,
+    Message,
+    PeerPayload,
+    Progress,
+    Published,
+    Stop,
+    decode,
+    encode,
+)
+from p2pnode.wire.codec import (
+    ArchitectureMismatch,
+    ModelSpec,
+    NonFiniteError,
+    PayloadError,
+)
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
-from p2pnode.worker import messages as m
 from p2pnode.worker.averaging import average_into, peer_weight
-from p2pnode.worker.public import PublicCopy, floating_state
-from p2pnode.worker.training import LocalTrainer
+from p2pnode.worker.public import DeltaPublisher, floating_state
+from p2pnode.worker.training import ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
 
@@ -39,7 +59,7 @@ class Worker:
         self.cfg = cfg
         self.node_id = node_id
         self.ckpt_path = Path(cfg.node.state_dir) / checkpoint.CHECKPOINT_NAME
-        self.trainer = LocalTrainer(cfg)
+        self.trainer = ShardTrainer(cfg)
         state = checkpoint.load(self.ckpt_path)
         version = 0
         if state is not None:
@@ -55,18 +75,18 @@ class Worker:
         self.resumed = state is not None
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), fingerprint(model))
-        self.public = PublicCopy(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
+        self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
                                  secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
         self.running = True
         self.dirty = False
 
-    def send(self, msg: m.Message) -> None:
-        self.conn.send_bytes(m.encode(msg))
+    def send(self, msg: Message) -> None:
+        self.conn.send_bytes(encode(msg))
 
     def hello(self) -> None:
         t = self.trainer
-        self.send(m.Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
+        self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
                           step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
                           resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters())))
 
@@ -75,12 +95,12 @@ class Worker:
         state["version"] = self.public.version
         try:
             checkpoint.save(self.ckpt_path, state)
-            self.send(m.Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path)))
+            self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path)))
         except OSError as exc:
-            self.send(m.Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path), ok=False,
+            self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path), ok=False,
                                      detail=str(exc)))
 
-    def on_peer(self, msg: m.PeerPayload) -> None:
+    def on_peer(self, msg: PeerPayload) -> None:
         reason = ""
         try:
             replica = self.replicas.apply(msg.peer, msg.data, self.spec, self.cfg.http.max_payload_bytes)
@@ -93,31 +113,29 @@ class Worker:
         except PayloadError as exc:
             reason, detail = "malformed", str(exc)
         if reason:
-            self.send(m.Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=detail[:300]))
+            self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=detail[:300]))
             return
-        weight = msg.weight if msg.weight >= 0 else peer_weight(
+        weight = 1.0 if msg.mode == ADOPT else peer_weight(
             self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss)
         average_into(self.trainer.model, replica.tensors, weight)
         self.dirty = True
-        self.send(m.Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
+        self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
                             version=replica.version, weight=weight))
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)
-        self.send(m.Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n))
+        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n))
 
-    def handle(self, msg: m.Message) -> None:
-        if isinstance(msg, m.PeerPayload):
+    def handle(self, msg: Message) -> None:
+        if isinstance(msg, PeerPayload):
             self.on_peer(msg)
-        elif isinstance(msg, m.Checkpoint):
+        elif isinstance(msg, Checkpoint):
             self.save_checkpoint(msg.token)
-        elif isinstance(msg, m.Evaluate):
-            self.evaluate(msg.samples)
-        elif isinstance(msg, m.Stop):
+        elif isinstance(msg, Stop):
             if msg.checkpoint:
                 self.save_checkpoint(msg.token)
             else:  # still answer, so the daemon need not wait out a timeout
-                self.send(m.Checkpointed(token=msg.token, step=self.trainer.step, path="", ok=False,
+                self.send(Checkpointed(token=msg.token, step=self.trainer.step, path="", ok=False,
                                          detail="not asked for"))
             self.running = False
 
@@ -127,8 +145,8 @@ class Worker:
         if not math.isfinite(loss):
             self.recover()
         if t.step % c.compression.publish_every == 0:
-            self.send(m.Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
-        self.send(m.Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now()))
+            self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        self.send(Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now()))
         every = c.training.eval_every
         if every and t.step % every == 0:
             self.evaluate(c.training.eval_samples)
@@ -148,7 +166,7 @@ class Worker:
         """After training ends, keep publishing what averaging changed, at a gentle pace."""
         t = self.trainer
         self.dirty = False
-        self.send(m.Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
 
     def loop(self) -> None:
         last_idle_publish = 0.0
@@ -156,7 +174,7 @@ class Worker:
             idle = self.trainer.done
             # Between steps take everything waiting; when training is over, block briefly.
             while self.running and self.conn.poll(0.05 if idle else 0):
-                self.handle(m.decode(self.conn.recv_bytes()))
+                self.handle(decode(self.conn.recv_bytes()))
                 idle = False
             if not self.running:
                 break
@@ -178,7 +196,7 @@ def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
     try:
         worker = Worker(conn, cfg, node_id)
     except (DataError, checkpoint.CheckpointError, ValueError) as exc:
-        conn.send_bytes(m.encode(m.Failed(detail=str(exc))))
+        conn.send_bytes(encode(Failed(detail=str(exc))))
         return
     try:
         worker.hello()

@@ -1,4 +1,6 @@
-"""This node's public copy x_hat and the sparse deltas that publish it (CHOCO-Gossip).
+"""The worker's side of publishing: this node's public copy x_hat and the sparse deltas that
+publish it (CHOCO-Gossip). The daemon's side, which stores and serves them, is
+``p2pnode.wire.served.ServedModel``.
 
 publish: q = C(x - x_hat) per tensor with the configured sparsifier; x_hat += q; version += 1.
 What C leaves out stays in x - x_hat and goes out in a later publish, so nothing is lost.
@@ -23,7 +25,9 @@ def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
 
 
-class PublicCopy:
+class DeltaPublisher:
+    """Owns x_hat; each ``publish`` moves it towards the model and returns the encoded delta."""
+
     def __init__(self, model: nn.Module, spec: ModelSpec, sparsifier: Sparsifier, node_id: str,
                  epoch: str, version: int, value_dtype: str = "float32") -> None:
         self.model = model

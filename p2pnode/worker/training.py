@@ -32,7 +32,7 @@ def load_splits(cfg: Config) -> tuple[datasets.Split, datasets.Split]:
     return datasets.shard(train, index, count), test
 
 
-class LocalTrainer:
+class ShardTrainer:
     """Model, optimizer, gradient compression and the shard, stepped one batch at a time."""
 
     def __init__(self, cfg: Config) -> None:

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
-from p2pnode.wire.publisher import PublicModel
 from p2pnode.wire.replica import Replica, ReplicaCache
+from p2pnode.wire.served import ServedModel
 
 NODE = "pub"
 
@@ -54,7 +54,7 @@ def replica_arrays(r: Replica) -> dict[str, np.ndarray]:
        script=ops)
 def test_served_payloads_rebuild_x_hat_exactly(spec: ModelSpec, log_size: int,
                                                small_bytes: bool, script: list) -> None:
-    pub = PublicModel(spec, NODE, "e0", log_size=log_size,
+    pub = ServedModel(spec, NODE, "e0", log_size=log_size,
                       log_bytes=600 if small_bytes else 1 << 20)
     rng = np.random.default_rng(0)
     epoch_no = 0

@@ -1,4 +1,4 @@
-"""PublicModel: what is served for each `since`, the bounded log, refusal of bad publishes."""
+"""ServedModel: what is served for each `since`, the bounded log, refusal of bad publishes."""
 
 from __future__ import annotations
 
@@ -18,21 +18,21 @@ from p2pnode.wire.codec import (
     decode,
     encode,
 )
-from p2pnode.wire.publisher import PublicModel
 from p2pnode.wire.replica import Replica
+from p2pnode.wire.served import ServedModel
 
 SPEC = ModelSpec("fpP", [TensorSpec("a", (10, 10)), TensorSpec("b", (7,))])
 
 
-def make(log_size: int = 64, log_bytes: int = 1 << 26, epoch: str = "e1") -> PublicModel:
-    pub = PublicModel(SPEC, "me", "e0", log_size=log_size, log_bytes=log_bytes)
+def make(log_size: int = 64, log_bytes: int = 1 << 26, epoch: str = "e1") -> ServedModel:
+    pub = ServedModel(SPEC, "me", "e0", log_size=log_size, log_bytes=log_bytes)
     rng = np.random.default_rng(0)
     x = {s.name: rng.standard_normal(s.numel).astype(np.float32) for s in SPEC.tensors}
     pub.reset(Snapshot(SPEC.header("snapshot", "me", epoch, 0), x))
     return pub
 
 
-def delta_bytes(pub: PublicModel, seed: int, k: int = 5, **kw) -> bytes:
+def delta_bytes(pub: ServedModel, seed: int, k: int = 5, **kw) -> bytes:
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(100, k, replace=False))
     h = dict(base_version=pub.version, loss=float(seed), step=seed)
@@ -42,19 +42,19 @@ def delta_bytes(pub: PublicModel, seed: int, k: int = 5, **kw) -> bytes:
                         {"a": (idx, rng.standard_normal(k).astype(np.float32))}))
 
 
-def replica_at(pub: PublicModel) -> Replica:
+def replica_at(pub: ServedModel) -> Replica:
     r = Replica(SPEC, "me")
     r.apply(decode(pub.serve(None, None).body, SPEC), validate=False)
     return r
 
 
-def same(r: Replica, pub: PublicModel) -> bool:
+def same(r: Replica, pub: ServedModel) -> bool:
     x = pub.arrays()
     return all(np.array_equal(r.tensors[k].numpy(), x[k]) for k in x)
 
 
 def test_unavailable_before_reset() -> None:
-    pub = PublicModel(SPEC, "me", "e0")
+    pub = ServedModel(SPEC, "me", "e0")
     res = pub.serve(None, None)
     assert (res.status, res.kind, res.body) == (503, "unavailable", b"")
     with pytest.raises(PayloadError):

@@ -1,6 +1,7 @@
 """The daemon-side mirror of this node's public model x̂, its delta log, and what to serve.
 
-The training worker owns x̂ and publishes encoded payloads (bytes). The daemon keeps its own
+The training worker owns x̂ and publishes encoded payloads (bytes) with its
+``worker.public.DeltaPublisher``. The daemon keeps its own
 numpy copy here, applying every published delta exactly as the worker did (float32 add of the
 decoded values), so that it can answer ``GET /v1/model?since=V&epoch=E`` without asking the
 worker. Three answers, cheapest first:
@@ -15,7 +16,7 @@ worker. Three answers, cheapest first:
 
 Thread safety: one publisher thread and any number of server threads (``asyncio.to_thread``)
 share one lock; decoding happens outside it, applying and encoding inside it. The event loop
-may call :meth:`PublicModel.serve_now`, which only tries the lock and never encodes.
+may call :meth:`ServedModel.serve_now`, which only tries the lock and never encodes.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class _LogEntry:
     nbytes: int
 
 
-class PublicModel:
+class ServedModel:
     """This node's x̂ as peers see it, with a log bounded by ``log_size`` entries and
     ``log_bytes`` bytes (raw payload bytes plus kept indices)."""
 

@@ -1,0 +1,176 @@
+"""The pipe protocol: every message between the daemon and its training worker.
+
+Both processes own this module (neither imports the other's code to talk): the daemon
+(``p2pnode/daemon/``) and the worker (``p2pnode/worker/main.py``) encode and decode with it. The
+messages cross a ``multiprocessing`` pipe as msgpack bytes (``send_bytes``), never pickles, so
+both sides agree on a small explicit schema and encoded model payloads pass through untouched.
+It imports neither torch nor anything of the daemon's, so a torch-free worker can speak it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import msgpack
+
+#: How the worker takes a peer's model (``PeerPayload.mode``): "average" weighs it in by the
+#: configured rule (``exchange.averaging``); "adopt" replaces ours with it (a fresh node's
+#: bootstrap from its first peer).
+AVERAGE = "average"
+ADOPT = "adopt"
+PeerMode = Literal["average", "adopt"]
+
+#: Why the worker refused a peer payload (``Applied.reason``). "gap" is ours, not the peer's:
+#: we hold no replica (or another version) to apply its delta to and must ask for a snapshot.
+REFUSAL_REASONS = ("malformed", "architecture", "non-finite", "gap", "too-large")
+
+
+@dataclass
+class Message:
+    kind: ClassVar[str] = ""
+    registry: ClassVar[dict[str, type[Message]]] = {}
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        Message.registry[cls.kind] = cls
+
+
+# --- worker -> daemon -------------------------------------------------------------------
+
+@dataclass
+class Hello(Message):
+    """Sent once the model is built: who we are now and x_hat as a full snapshot. A new
+    ``epoch`` means a new worker life: every replica it held of its peers is gone."""
+
+    kind: ClassVar[str] = "hello"
+    fingerprint: str
+    epoch: str
+    version: int
+    step: int
+    samples: int
+    snapshot: bytes
+    resumed: bool
+    params: int
+
+
+@dataclass
+class Progress(Message):
+    kind: ClassVar[str] = "progress"
+    step: int
+    samples: int
+    loss: float
+    done: bool  # reached training.max_samples; the worker now only averages and serves
+    lr: float
+
+
+@dataclass
+class Published(Message):
+    """A new version of x_hat: the encoded sparse delta q from version-1 to version."""
+
+    kind: ClassVar[str] = "published"
+    version: int
+    delta: bytes
+
+
+@dataclass
+class Applied(Message):
+    """The outcome of a peer payload: averaged in, or refused (nothing changed)."""
+
+    kind: ClassVar[str] = "applied"
+    token: int
+    ok: bool
+    peer: str
+    epoch: str = ""
+    version: int = -1
+    reason: str = ""  # one of REFUSAL_REASONS when not ok
+    detail: str = ""
+    weight: float = 0.0
+
+
+@dataclass
+class Evaluated(Message):
+    """Test-set figures, sent every ``training.eval_every`` steps and once at the end."""
+
+    kind: ClassVar[str] = "evaluated"
+    step: int
+    accuracy: float
+    loss: float
+    samples: int
+
+
+@dataclass
+class Checkpointed(Message):
+    kind: ClassVar[str] = "checkpointed"
+    token: int
+    step: int
+    path: str
+    ok: bool = True
+    detail: str = ""
+
+
+@dataclass
+class Failed(Message):
+    """The worker cannot go on (bad data folder, bad checkpoint): the daemon shuts down."""
+
+    kind: ClassVar[str] = "failed"
+    detail: str
+
+
+# --- daemon -> worker -------------------------------------------------------------------
+
+@dataclass
+class PeerPayload(Message):
+    """A peer's model payload (snapshot or delta, as fetched) to apply to its replica and
+    take in as ``mode`` says."""
+
+    kind: ClassVar[str] = "peer-payload"
+    token: int
+    peer: str
+    data: bytes
+    mode: PeerMode = "average"
+
+    def __post_init__(self) -> None:
+        if self.mode not in (AVERAGE, ADOPT):
+            raise ValueError(f"unknown peer payload mode {self.mode!r}")
+
+
+@dataclass
+class Checkpoint(Message):
+    kind: ClassVar[str] = "checkpoint"
+    token: int
+
+
+@dataclass
+class Stop(Message):
+    kind: ClassVar[str] = "stop"
+    checkpoint: bool = True
+    token: int = 0
+
+
+#: The messages that carry a token and are answered by one (Applied or Checkpointed).
+Request = PeerPayload | Checkpoint | Stop
+
+
+def encode(msg: Message) -> bytes:
+    body = dataclasses.asdict(msg)
+    body["kind"] = msg.kind
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def decode(data: bytes) -> Message:
+    """The message in ``data``; ValueError for anything that is not one of ours."""
+    try:
+        body = msgpack.unpackb(data, raw=False)
+    except ValueError as exc:  # msgpack's format errors are ValueErrors
+        raise ValueError(f"undecodable pipe message {data[:40]!r}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ValueError(f"pipe message is not a map: {data[:40]!r}")  # noqa: TRY004 - one error type for bad input
+    cls = Message.registry.get(body.pop("kind", None))
+    if cls is None:
+        raise ValueError(f"unknown pipe message {data[:40]!r}")
+    try:
+        return cls(**body)
+    except TypeError as exc:
+        raise ValueError(f"bad {cls.kind} message: {exc}") from exc
