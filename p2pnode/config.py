@@ -62,6 +62,11 @@ class TrainingConfig:
     lr: float = 0.2
     momentum: float = 0.9
     weight_decay: float = 0.0
+    #: how the n shards split the data: "iid" (interleaved, even), "dirichlet:alpha=A" (label
+    #: skew, per-class proportions from Dir(A)) or "classes:k=K" (about K classes per node)
+    partition: str = "iid"
+    #: seed of the partition draw: every node must use the same one (shards stay disjoint)
+    partition_seed: int = 0
     #: "constant" or "cosine" (cosine needs max_samples)
     lr_schedule: str = "constant"
     #: samples over which the learning rate rises linearly from ~0 to lr
@@ -263,6 +268,7 @@ def validate(cfg: Config) -> None:
 
     n, t, x, c = cfg.node, cfg.training, cfg.exchange, cfg.compression
     parse_hostport(n.listen, "node.listen")
+    from p2pnode import partition
     if n.advertise:
         parse_hostport(n.advertise, "node.advertise")
     for seed in n.seeds:
@@ -285,9 +291,13 @@ def validate(cfg: Config) -> None:
     _positive("training.lr", t.lr)
     for key in ("momentum", "weight_decay"):
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
+    try:
+        partition.parse(t.partition)
+    except partition.PartitionError as exc:
+        raise ConfigError(f"training.partition: {exc}") from None
     if t.momentum >= 1:
         raise ConfigError("training.momentum: must be < 1")
-    for key in ("max_samples", "warmup_samples", "eval_every", "eval_samples", "seed"):
+    for key in ("max_samples", "warmup_samples", "eval_every", "eval_samples", "seed", "partition_seed"):
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
     _choice("training.lr_schedule", t.lr_schedule, ("constant", "cosine"))
     if t.lr_schedule == "cosine" and not t.max_samples:

@@ -2,14 +2,17 @@
 
 Fashion-MNIST comes from the Debian package ``dataset-fashion-mnist`` (gzipped IDX files in
 ``/usr/share/datasets/fashion-mnist``) or any folder holding the same four files, gzipped or
-not. They are unpacked once into ``<cache>/FashionMNIST/raw/`` so torchvision's reader takes
-them with ``download=False``: nothing is ever fetched from the network. CIFAR-10 is read by
+not. They are unpacked once into ``<cache>/fashion-mnist-<key>/FashionMNIST/raw/`` so
+torchvision's reader takes them with ``download=False``: nothing is ever fetched from the network.
+The key names the source (its path and its files' sizes and times), so a node pointed at another
+folder never trains on files unpacked from an earlier one. CIFAR-10 is read by
 torchvision from a folder the user already has. ``synthetic`` is a small learnable set for tests.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -66,10 +69,22 @@ def _find_fashion_source(source: Path | None) -> Path:
     raise DataError(f"Fashion-MNIST files not found in {hint}")
 
 
+def source_key(src: Path) -> str:
+    """A short digest of where the files come from and what they are (size, mtime): the cache
+    entry of one source is never read for another, and a changed file is unpacked again."""
+    h = hashlib.sha256(str(src.resolve()).encode())
+    for name in FASHION_FILES:
+        for path in (src / name, src / f"{name}.gz"):
+            if path.exists():
+                st = path.stat()
+                h.update(f"{path.name}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]
+
+
 def prepare_fashion_mnist(source: Path | None = None, cache: Path | None = None) -> Path:
     """Unpack the IDX files where torchvision looks; returns the torchvision ``root``."""
     src = _find_fashion_source(source)
-    root = cache or default_cache_dir()
+    root = (cache or default_cache_dir()) / f"fashion-mnist-{source_key(src)}"
     raw = root / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for name in FASHION_FILES:
@@ -124,8 +139,14 @@ def synthetic(n: int, seed: int = 0, shape: tuple[int, int, int] = (1, 28, 28), 
     return Split(images, labels)
 
 
-def shard(split: Split, index: int, count: int) -> Split:
-    """The ``index``-th of ``count`` disjoint, equal, interleaved shards."""
-    if not (count >= 1 and 0 <= index < count):
-        raise ValueError(f"bad shard {index}/{count}: need 0 <= i < n")
-    return Split(split.images[index::count].contiguous(), split.labels[index::count].contiguous())
+def shard(split: Split, index: int, count: int, partition: str = "iid", seed: int = 0) -> Split:
+    """The ``index``-th of ``count`` disjoint shards under a partition (p2pnode.partition):
+    ``iid`` interleaved equal shards, ``dirichlet:alpha=A`` label skew, ``classes:k=K``."""
+    from p2pnode import partition as parts
+
+    try:
+        idx = parts.shard_indices(split.labels.numpy(), parts.parse(partition), index, count, seed)
+    except parts.PartitionError as exc:
+        raise DataError(f"training.partition: {exc}") from None
+    chosen = torch.from_numpy(idx)
+    return Split(split.images[chosen].contiguous(), split.labels[chosen].contiguous())

@@ -29,7 +29,7 @@ def load_splits(cfg: Config) -> tuple[datasets.Split, datasets.Split]:
         train = datasets.synthetic(t.synthetic_samples, seed=1, shape=shape)
         test = datasets.synthetic(max(256, t.synthetic_samples // 4), seed=2, shape=shape)
     index, count = parse_shard(t.shard)
-    return datasets.shard(train, index, count), test
+    return datasets.shard(train, index, count, t.partition, t.partition_seed), test
 
 
 class ShardTrainer:
