@@ -44,6 +44,11 @@ class NodeConfig:
     tls_key: str = ""
     #: CA bundle that peers' certificates must chain to; empty: tls_cert itself (one shared cert)
     tls_ca: str = ""
+    #: with a secret set: a read-only token that opens the dashboard and status (GET only)
+    #: to browsers, which cannot sign; the secret itself works as such a token too
+    dashboard_token: str = ""
+    #: file holding the dashboard token (preferred over ``dashboard_token``)
+    dashboard_token_file: str = ""
     log_level: str = "info"
 
 

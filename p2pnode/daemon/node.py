@@ -25,7 +25,7 @@ from aiohttp import web
 from p2pnode import __version__
 from p2pnode.checkpoint import write_atomic
 from p2pnode.config import Config, parse_hostport
-from p2pnode.daemon import identity, notify
+from p2pnode.daemon import dashboard, identity, notify
 from p2pnode.daemon.exchange import Exchange
 from p2pnode.daemon.http import HttpApi
 from p2pnode.daemon.metrics import NodeMetrics
@@ -226,6 +226,7 @@ class Node:
                            lambda: self.trainer.state.worker_alive)
         app = self.api.build_app(self.secret)
         self.membership.add_routes(app)
+        dashboard.install(app, self)  # GET /, /v1/history, /v1/cluster; its history sampler runs with the app
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         await web.SockSite(runner, sock, ssl_context=_server_ssl(self.cfg), shutdown_timeout=1.0).start()

@@ -16,6 +16,9 @@ log = logging.getLogger("p2pnode.http")
 
 #: paths that answer without a signature: health checks and scraping come from outside the cluster
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})
+#: request key set by a middleware ahead of this one (the dashboard's read-only token) when the
+#: request is authorised for what it asks; such a request needs no signature
+TOKEN_AUTHORIZED = "p2pnode.token_authorized"
 MAX_MESSAGE = 1024 * 1024  # membership and control messages are small
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -37,7 +40,7 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or request.get(TOKEN_AUTHORIZED):
             return await handler(request)
         if not (request.headers.get(HEADER_SIG) and request.headers.get(HEADER_TS)):
             return refuse(401, "unauthorized", "missing or bad signature")

@@ -1,0 +1,177 @@
+"""The cluster view: every member's figures side by side, and who exchanged with whom.
+
+Built by this node on request (``GET /v1/cluster``, for the dashboard and ``p2pnode status
+--watch``) from its members' ``/v1/status``, fetched concurrently through the node's own
+``PeerClient`` (signed when a secret is set, TLS when on). Bounded on every side: at most
+``max_nodes`` members are listed, at most ``concurrency`` requests are in flight, each has a
+``timeout``, and a view younger than ``cache_s`` is served again, so ten open browsers cost the
+cluster what one does. A member that does not answer is listed with its error, never waited for.
+
+"Recently" for the exchange graph: the view keeps the per-edge byte counters of the views it
+built over the last ``window_s`` seconds; an edge's ``bytes_recent`` is what crossed it since
+the oldest of those (``None`` until there are two views to compare).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from p2pnode.membership.base import Member
+from p2pnode.net.client import PeerClient, PeerError
+
+#: bodies larger than this are not a status document
+MAX_STATUS_BYTES = 4 * 1024 * 1024
+STATE_ORDER = {"alive": 0, "suspect": 1, "dead": 2, "left": 3}
+
+
+@dataclass
+class ClusterLimits:
+    max_nodes: int = 32
+    timeout: float = 1.0
+    concurrency: int = 8
+    cache_s: float = 1.0
+    window_s: float = 30.0
+
+
+@dataclass
+class _Snapshot:
+    at: float  # monotonic
+    edges: dict[tuple[str, str], int]  # (served by, fetched by) -> bytes received by the fetcher
+    samples: dict[str, int]
+
+
+def _num(value: Any) -> int | float | None:
+    """A number from a peer's document, as it came (ints stay ints); anything else is None."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def node_row(member: Member | None, status: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
+    """One line of the cluster table, from a member entry and (if it answered) its status."""
+    row: dict[str, Any] = {
+        "node_id": member.node_id if member else None, "addr": member.addr if member else None,
+        "state": str(member.state) if member else None, "incarnation": member.incarnation if member else None,
+        "reachable": status is not None, "error": error, "step": None, "samples": None, "samples_per_s": None,
+        "loss": None, "accuracy": None, "exchanges_done": None, "exchanges_skipped": None, "bytes_in": None,
+        "bytes_out": None, "done": None, "worker_alive": None, "uptime_s": None, "members_alive": None,
+    }
+    if status is None:
+        return row
+    t, ex, b = status.get("training") or {}, status.get("exchanges") or {}, status.get("bytes") or {}
+    row.update({
+        "node_id": row["node_id"] or status.get("node_id"), "addr": row["addr"] or status.get("addr"),
+        "step": _num(t.get("step")), "samples": _num(t.get("samples")), "loss": _num(t.get("loss")),
+        "accuracy": _num(t.get("accuracy")), "exchanges_done": _num(ex.get("done")),
+        "exchanges_skipped": _num(ex.get("skipped")), "bytes_in": _num(b.get("client_received")),
+        "bytes_out": (_num(b.get("client_sent")) or 0) + (_num(b.get("model_served")) or 0),
+        "done": bool(t.get("done")), "worker_alive": bool(t.get("worker_alive")),
+        "uptime_s": _num(status.get("uptime_s")),
+        "members_alive": sum(1 for m in status.get("members") or [] if isinstance(m, dict) and m.get("state") == "alive"),
+    })
+    if row["incarnation"] is None:
+        row["incarnation"] = _num(status.get("incarnation"))
+    return row
+
+
+def edge_counters(statuses: dict[str, dict[str, Any]]) -> dict[tuple[str, str], int]:
+    """(served by, fetched by) -> model bytes, from each node's own per-peer records."""
+    out: dict[tuple[str, str], int] = {}
+    for node_id, status in statuses.items():
+        peers = status.get("peers")
+        if not isinstance(peers, dict):
+            continue
+        for peer_id, rec in peers.items():
+            got = rec.get("bytes_received") if isinstance(rec, dict) else None
+            if isinstance(got, int) and got > 0 and peer_id != node_id:
+                out[(str(peer_id), node_id)] = got
+    return out
+
+
+class ClusterView:
+    def __init__(self, node_id: str, status: Callable[[], dict[str, Any]], members: Callable[[], list[Member]],
+                 client: PeerClient, limits: ClusterLimits | None = None) -> None:
+        self.node_id = node_id
+        self.status = status
+        self.members = members
+        self.client = client
+        self.limits = limits or ClusterLimits()
+        self._sem = asyncio.Semaphore(self.limits.concurrency)
+        self._lock = asyncio.Lock()
+        self._cached: tuple[float, dict[str, Any]] | None = None
+        self._history: deque[_Snapshot] = deque()
+
+    async def get(self) -> dict[str, Any]:
+        """The view, built at most once per ``cache_s`` whoever asks."""
+        async with self._lock:
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached[0] < self.limits.cache_s:
+                return self._cached[1]
+            view = await self.build()
+            self._cached = (time.monotonic(), view)
+            return view
+
+    async def _fetch(self, member: Member) -> tuple[dict[str, Any] | None, str | None]:
+        async with self._sem:
+            try:
+                resp = await self.client.request("GET", member.addr, "/v1/status", timeout=self.limits.timeout)
+            except PeerError as exc:
+                return None, str(exc)
+        if resp.status != 200:
+            return None, f"HTTP {resp.status}"
+        if len(resp.body) > MAX_STATUS_BYTES:
+            return None, "status document too large"
+        try:
+            doc = json.loads(resp.body)
+        except ValueError:
+            return None, "status is not JSON"
+        return (doc, None) if isinstance(doc, dict) else (None, "status is not a JSON object")
+
+    def _chosen(self) -> tuple[list[Member], int]:
+        """Members to list, this node first then by state and id; and how many were left out."""
+        others = sorted((m for m in self.members() if m.node_id != self.node_id),
+                        key=lambda m: (STATE_ORDER.get(str(m.state), 9), m.node_id))
+        keep = max(0, self.limits.max_nodes - 1)
+        return others[:keep], max(0, len(others) - keep)
+
+    async def build(self) -> dict[str, Any]:
+        own = self.status()
+        me = next((m for m in self.members() if m.node_id == self.node_id), None)
+        chosen, omitted = self._chosen()
+        fetch = [m for m in chosen if str(m.state) in ("alive", "suspect")]
+        results = await asyncio.gather(*(self._fetch(m) for m in fetch))
+        answers = {m.node_id: r for m, r in zip(fetch, results, strict=True)}
+        statuses: dict[str, dict[str, Any]] = {self.node_id: own}
+        rows = [node_row(me, own) | {"node_id": self.node_id, "addr": own.get("addr"), "self": True}]
+        for m in chosen:
+            doc, err = answers.get(m.node_id, (None, None))
+            if doc is not None:
+                statuses[m.node_id] = doc
+            rows.append(node_row(m, doc, err) | {"self": False})
+        now = time.monotonic()
+        snap = _Snapshot(now, edge_counters(statuses),
+                         {r["node_id"]: int(r["samples"]) for r in rows if r["samples"] is not None})
+        while self._history and now - self._history[0].at > self.limits.window_s:
+            self._history.popleft()
+        base = self._history[0] if self._history else None
+        self._history.append(snap)
+        if base is not None:
+            span = now - base.at
+            for r in rows:
+                old = base.samples.get(r["node_id"])
+                if old is not None and r["samples"] is not None and span > 0:
+                    r["samples_per_s"] = round(max(0.0, (r["samples"] - old) / span), 1)
+        edges = []
+        for (src, dst), total in sorted(snap.edges.items()):
+            recent = None
+            if base is not None:
+                before = base.edges.get((src, dst), 0)
+                recent = total - before if total >= before else total  # counters restart with a node
+            edges.append({"src": src, "dst": dst, "bytes_total": total, "bytes_recent": recent})
+        return {"self": self.node_id, "generated_at": round(time.time(), 3), "nodes": rows, "edges": edges,
+                "window_s": round(now - base.at, 1) if base is not None else 0.0, "omitted": omitted,
+                "limits": {"max_nodes": self.limits.max_nodes, "timeout_s": self.limits.timeout}}
