@@ -9,7 +9,6 @@ accepting requests, tell peers we leave, write a final checkpoint, exit 0 — wi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import signal
 import socket
@@ -23,7 +22,6 @@ from typing import Any
 from aiohttp import web
 
 from p2pnode import __version__
-from p2pnode.checkpoint import write_atomic
 from p2pnode.config import Config, parse_hostport
 from p2pnode.daemon import dashboard, identity, notify
 from p2pnode.daemon.exchange import Exchange
@@ -36,7 +34,7 @@ from p2pnode.net.client import PeerClient
 
 log = logging.getLogger("p2pnode.node")
 
-MEMBERS_FILE = "members.json"
+MEMBERS_FILE = identity.MEMBERS_FILE
 
 
 class ShutdownRequested(Exception):
@@ -108,18 +106,11 @@ class Node:
                                 m.gossip_interval, m.timeout, self.cfg.exchange.fail_threshold)
 
     def _remembered_members(self) -> list[str]:
-        try:
-            data = json.loads((self.state_dir / MEMBERS_FILE).read_text())
-            return [a for a in data.get("addrs", []) if isinstance(a, str) and a != self.addr]
-        except (OSError, ValueError, AttributeError):
-            return []
+        return identity.load_hints(self.state_dir, self.addr)
 
     def _remember_members(self) -> None:
         assert self.membership is not None
-        addrs = [mb.addr for mb in self.membership.members()
-                 if mb.node_id != self.node_id and mb.state == MemberState.ALIVE]
-        if addrs:
-            write_atomic(self.state_dir / MEMBERS_FILE, json.dumps({"addrs": addrs}).encode())
+        identity.save_hints(self.state_dir, self.membership.hints())  # verified live members, bounded
 
     def status(self) -> dict[str, Any]:
         assert self.membership is not None and self.exchange is not None
@@ -191,7 +182,13 @@ class Node:
         seeds = list(dict.fromkeys(self.cfg.node.seeds + self._remembered_members()))
         seeds = [s for s in seeds if s != self.addr]
         if seeds:
-            await self.membership.join(seeds)
+            try:
+                await self.membership.join(seeds)
+            except JoinError:
+                if self.cfg.node.seeds:
+                    raise
+                # remembered members are hints: a first node whose old peers are gone starts alone
+                log.warning("no remembered member answered (%s); running alone until one does", ", ".join(seeds))
         self.joined = True
         notify.notify(f"READY=1\nSTATUS=serving on {self.addr}, {len(self.membership.members())} members")
 

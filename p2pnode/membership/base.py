@@ -15,6 +15,13 @@ from typing import Any
 from aiohttp import web
 
 
+#: the largest incarnation a node takes or believes: far from any integer edge (exact as a double,
+#: so identity.json survives any JSON reader); claims above it are refused
+MAX_INCARNATION = 2**53 - 1
+#: addresses saved for the next start (members.json) when the protocol sets no bound of its own
+MAX_HINTS = 64
+
+
 class MemberState(StrEnum):
     ALIVE = "alive"
     SUSPECT = "suspect"
@@ -67,6 +74,11 @@ class Membership(abc.ABC):
     @abc.abstractmethod
     def members(self) -> list[Member]:
         """Every known member, this node included, whatever its state."""
+
+    def hints(self) -> list[str]:
+        """Addresses worth trying at the next start (saved in members.json): live peers only,
+        bounded. They are hints: a node whose hints all fail starts alone."""
+        return [m.addr for m in self.alive_peers()][:MAX_HINTS]
 
     def report_exchange(self, node_id: str, ok: bool) -> None:
         """A hint from the exchange actor; protocols may use or ignore it."""

@@ -118,22 +118,24 @@ def test_refutation_cancels_the_suspicion() -> None:
 def test_push_pull_merge_rules() -> None:
     async def main() -> None:
         node = make(incarnation=2)
-        for name in ("a", "b", "c", "d"):
+        for name in ("a", "b", "c", "d", "z"):
             node.apply(Alive(name, 1, f"{name}.test:1"))
         node.merge([
             Record("a", "a.test:1", D, 1),  # remote dead: only suspect here
             Record("b", "b.test:1", L, 1),  # remote left: left
-            Record("c", "c.test:9", A, 5),  # newer life: alive, new address
+            Record("c", "c.test:9", A, 5),  # newer life at a new address: verified there first
             Record("d", "d.test:1", A, 0),  # older news: ignored
             Record("e", "e.test:1", S, 0),  # unknown and not alive: ignored
-            Record("f", "f.test:1", A, 0),  # unknown alive: a new member
+            Record("f", "f.test:1", A, 0),  # unknown alive: a candidate, a member once verified
             Record("me", "me.test:1", D, 2),  # we are dead over there: refute
         ], sender="z")
         assert node.member("a").state == S and node.suspicions["a"]
         assert node.member("b").state == L
-        assert (node.member("c").state, node.member("c").incarnation, node.member("c").addr) == (A, 5, "c.test:9")
+        assert (node.member("c").state, node.member("c").incarnation, node.member("c").addr) == (A, 1, "c.test:1")
         assert (node.member("d").state, node.member("d").incarnation) == (A, 1)
-        assert node.member("e") is None and node.member("f").state == A
+        assert node.member("e") is None and node.member("f") is None
+        assert {(c.node, c.incarnation, c.addr) for c in node.verifier.pending()} == {
+            ("c", 5, "c.test:9"), ("f", 0, "f.test:1")}
         assert node.incarnation == 3
         # the reply to a push-pull is built after the merge, so it carries the refutation
         reply = decode(await node.handle(encode(PushPull("z", False, (Record("me", "me.test:1", S, 3),)))))
@@ -167,8 +169,11 @@ def test_ping_for_another_node_is_refused() -> None:
             await node.handle(encode(Ping(1, "p", "p.test:1", 0, "somebody-else")))
         with pytest.raises(MessageError):
             await node.handle(encode(Ack(1, "p")))  # replies are not requests
-        # a ping introduces its sender
+        # a ping introduces its sender: a candidate until it answers our own ping there
         await node.handle(encode(Ping(2, "p", "p.test:1", 4, "me")))
+        assert node.member("p") is None and "p" in node.verifier
+        (c,) = node.verifier.pending()
+        node.verified(c)
         assert node.member("p").state == A and node.member("p").incarnation == 4
 
     run_virtual(main)
@@ -251,6 +256,7 @@ def test_gossip_reply_piggybacks_our_updates() -> None:
     async def main() -> None:
         node = make()
         node.apply(Alive("p", 0, "p.test:1"))
+        node.apply(Alive("q", 2, "q.test:1"))
         reply = decode(await node.handle(encode(Gossip("p", (Alive("q", 3, "q.test:1"),)))))
         assert isinstance(reply, Ack)
         assert Alive("me", 0, "me.test:1") in reply.updates
@@ -341,6 +347,7 @@ def test_replies_leave_out_what_the_requester_sent() -> None:
         node = make()
         news = Alive("q", 3, "q.test:1")
         node.apply(Alive("p", 0, "p.test:1"))
+        node.apply(Alive("q", 2, "q.test:1"))
         node.broadcasts._items.clear()
         reply = decode(await node.handle(encode(Gossip("p", (news,)))))
         assert news not in reply.updates  # p told us; echoing it back would waste a transmission

@@ -71,10 +71,28 @@ class SwimConfig:
     #: members beyond this are ignored (bounds memory and push-pull size)
     max_members: int = 16384
 
+    # --- strangers (docs/MEMBERSHIP.md, "Hostile input") ----------------------------------
+    #: unknown members one received message may propose (replies to our own push-pulls, to a
+    #: seed or a member we chose, are bounded by max_unverified only)
+    max_new_per_message: int = 64
+    #: proposed members waiting for their verification probe, in all and per source
+    max_unverified: int = 512
+    max_unverified_per_source: int = 128
+    #: verification probes started per second at most, and outstanding at most
+    verify_rate: float = 50.0
+    verify_in_flight: int = 16
+    #: an address whose verification failed is not probed again for this long
+    verify_retry_after: float = 10.0
+    #: an incarnation more than this above the one we know (of a member, or our own) is refused
+    max_incarnation_jump: int = 1024
+    #: live members' addresses saved for the next start (members.json), at most
+    max_remembered: int = 64
+
     def __post_init__(self) -> None:
         problems = []
         for name in ("probe_interval", "probe_timeout", "gossip_interval", "push_pull_interval",
-                     "push_pull_timeout", "join_timeout", "join_backoff", "join_backoff_max", "leave_timeout"):
+                     "push_pull_timeout", "join_timeout", "join_backoff", "join_backoff_max", "leave_timeout",
+                     "verify_rate"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 problems.append(f"{name} must be a positive number of seconds, got {value!r}")
@@ -83,11 +101,13 @@ class SwimConfig:
         for name, low in (("indirect_checks", 0), ("suspicion_mult", 1), ("suspicion_max_timeout_mult", 1),
                           ("awareness_max_multiplier", 1), ("retransmit_mult", 1), ("gossip_nodes", 1),
                           ("join_attempts", 1), ("max_piggyback_bytes", 128), ("max_message_bytes", 1024),
-                          ("max_push_pull_bytes", 1024), ("max_members", 2)):
+                          ("max_push_pull_bytes", 1024), ("max_members", 2), ("max_new_per_message", 1),
+                          ("max_unverified", 1), ("max_unverified_per_source", 1), ("verify_in_flight", 1),
+                          ("max_incarnation_jump", 1), ("max_remembered", 0)):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= low):
                 problems.append(f"{name} must be an integer >= {low}, got {value!r}")
-        for name in ("gossip_to_the_dead_time", "dead_reap_time", "left_reap_time"):
+        for name in ("gossip_to_the_dead_time", "dead_reap_time", "left_reap_time", "verify_retry_after"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must be >= 0")
         if problems:

@@ -11,6 +11,12 @@ ordering rules of state.py, with the memberlist refinements:
 * every accepted update is queued to be piggybacked onward, and ``join`` / ``fail`` /
   ``leave`` / ``recover`` events go to subscribers.
 
+News from the network enters through ``accept`` (``receive``, ``merge``), which applies the
+rules for strangers of intake.py first: a node not verified at the claimed address is only a
+candidate (verify.py); suspect / dead / left about another node count only from a member; an
+incarnation far above the one we know is refused. ``apply`` is the trusted path, for what this
+node concluded itself and what ``accept`` let through.
+
 node.py adds the network: probes, gossip, push-pull, join and leave.
 """
 
@@ -27,12 +33,17 @@ from p2pnode.membership.base import EventKind, Member, Membership
 from p2pnode.membership.swim.awareness import Awareness
 from p2pnode.membership.swim.broadcast import BroadcastQueue, update_size
 from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.membership.swim.intake import APPLY, IGNORE, PROPOSE, Intake, about_self_refused, judge
 from p2pnode.membership.swim.messages import Alive, Dead, Left, Record, Suspect, Update
 from p2pnode.membership.swim.metrics import SwimMetrics
 from p2pnode.membership.swim.state import ALIVE, DEAD, LEFT, SUSPECT, MemberTable
 from p2pnode.membership.swim.suspicion import Suspicion
+from p2pnode.membership.swim.verify import Candidate, Verifier
 
 log = logging.getLogger("p2pnode.membership.swim")
+
+#: seconds between two log lines about refused claims (the metric counts every one)
+REFUSAL_LOG_EVERY = 10.0
 
 
 class SwimCore(Membership):
@@ -55,6 +66,8 @@ class SwimCore(Membership):
         self._probe_order: list[str] = []
         self._probe_index = 0
         self._gossip_now = asyncio.Event()
+        self.verifier = Verifier(config)
+        self._refusal_logged = -REFUSAL_LOG_EVERY
         self.broadcasts.enqueue(Alive(node_id, incarnation, addr))
         metrics.incarnation.set(incarnation)
         self._members_changed()
@@ -66,7 +79,16 @@ class SwimCore(Membership):
         return self.local.incarnation
 
     def alive_peers(self) -> list[Member]:
+        """Verified members only: candidates (verify.py) are not in the table at all."""
         return [copy.copy(m) for m in self.table.others(ALIVE)]
+
+    def hints(self) -> list[str]:
+        return [m.addr for m in self.table.others(ALIVE)][:self.config.max_remembered]
+
+    def is_member(self, node_id: str) -> bool:
+        """A verified member that is running as far as we know (alive or suspect)."""
+        m = self.table.get(node_id)
+        return m is not None and m is not self.local and m.state in (ALIVE, SUSPECT)
 
     def members(self) -> list[Member]:
         return sorted((copy.copy(m) for m in self.table), key=lambda m: m.node_id)
@@ -85,7 +107,7 @@ class SwimCore(Membership):
         return {"protocol": "swim", "node_id": self.node_id, "addr": self.addr,
                 "incarnation": self.local.incarnation, "health_score": self.awareness.score,
                 "leaving": self.leaving, "counts": {str(s): n for s, n in self.table.counts().items()},
-                "queued_updates": len(self.broadcasts), "members": members}
+                "queued_updates": len(self.broadcasts), "unverified": len(self.verifier), "members": members}
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -134,9 +156,11 @@ class SwimCore(Membership):
         budget = self.config.max_piggyback_bytes if budget is None else budget
         out: list[Update] = []
         m = self.table.get(dest) if dest is not None else None
-        if m is not None and m is not self.local and m.state in (SUSPECT, DEAD):
+        if m is not None and m is not self.local and m.state in (SUSPECT, DEAD, LEFT):
+            # a member we hold as left that still talks to us gets to refute it too
             u: Update = (Suspect(m.node_id, m.incarnation, self.node_id) if m.state == SUSPECT
-                         else Dead(m.node_id, m.incarnation, self.node_id))
+                         else Dead(m.node_id, m.incarnation, self.node_id) if m.state == DEAD
+                         else Left(m.node_id, m.incarnation))
             out.append(u)
             budget -= update_size(u) + 1
         known_set = set(known)
@@ -152,11 +176,55 @@ class SwimCore(Membership):
 
     # --- applying news ---------------------------------------------------------------------
 
+    def intake(self, sender: str, origin: str | None = None, new_limit: int | None = None) -> Intake:
+        """The context for one received message from ``sender`` (``origin``: its host, if known)."""
+        limit = self.config.max_new_per_message if new_limit is None else new_limit
+        return Intake(sender, origin or sender, self.is_member(sender), limit)
+
+    def receive(self, updates: Iterable[Update], src: Intake) -> None:
+        for u in updates:
+            self.accept(u, src)
+
+    def accept(self, u: Update, src: Intake, origin: str = "gossip") -> None:
+        """One update from the network, under the rules for strangers (intake.py)."""
+        if u.node == self.node_id:
+            self._about_self(u, src)
+            return
+        verdict = judge(u, src, self.table, self.config, self.is_member)
+        if verdict == APPLY:
+            self.apply(u, origin)
+        elif verdict == PROPOSE:
+            assert isinstance(u, Alive)
+            why = self.verifier.offer(Candidate(u.node, u.incarnation, u.addr, src.source), self._now())
+            if why is None:
+                src.new_left -= 1
+                self.metrics.unverified.set(len(self.verifier))
+            elif why != "duplicate":
+                self._refuse(why, u, src)
+        elif verdict != IGNORE:
+            self._refuse(verdict, u, src)
+
+    def verified(self, c: Candidate) -> None:
+        """``c`` answered our probe at its address with its id: it is a member now."""
+        self._apply_alive(Alive(c.node, c.incarnation, c.addr))
+
+    def _refuse(self, reason: str, u: Update, src: Intake | None) -> None:
+        self.metrics.claims_refused.labels(reason).inc()
+        sender = f"{src.sender} ({src.source})" if src is not None else "?"
+        now = self._now()
+        if now - self._refusal_logged >= REFUSAL_LOG_EVERY:
+            self._refusal_logged = now
+            log.warning("refusing membership news (%s): %s from %s; further refusals are only counted for %.0f s",
+                        reason, u, sender, REFUSAL_LOG_EVERY)
+        else:
+            log.debug("refused (%s): %s from %s", reason, u, sender)
+
     def apply_all(self, updates: Iterable[Update], origin: str = "gossip") -> None:
         for u in updates:
             self.apply(u, origin)
 
     def apply(self, u: Update, origin: str = "gossip") -> None:
+        """Apply an update as true: this node's own conclusions, or news ``accept`` let through."""
         if u.node == self.node_id:
             self._about_self(u)
         elif isinstance(u, Alive):
@@ -168,22 +236,27 @@ class SwimCore(Membership):
         elif isinstance(u, Left):
             self._apply_left(u)
 
-    def merge(self, records: Iterable[Record], sender: str) -> None:
+    def merge(self, records: Iterable[Record], sender: str, src: Intake | None = None) -> None:
         """Push-pull merge (memberlist mergeState): alive and left are taken as they are; a
         remote *dead* or *suspect* only makes us suspect, so one node's stale view cannot
-        kill a member outright here, and a wrongly accused member gets to refute."""
+        kill a member outright here, and a wrongly accused member gets to refute. Everything
+        goes through ``accept``: from a stranger only alive claims count, as candidates."""
+        src = src or self.intake(sender)
         for r in records:
             if r.state == ALIVE:
-                self.apply(Alive(r.node, r.incarnation, r.addr))
+                self.accept(Alive(r.node, r.incarnation, r.addr), src)
             elif r.state == LEFT:
-                self.apply(Left(r.node, r.incarnation))
+                self.accept(Left(r.node, r.incarnation), src)
             else:
-                self.apply(Suspect(r.node, r.incarnation, sender))
+                self.accept(Suspect(r.node, r.incarnation, sender), src)
 
-    def _about_self(self, u: Update) -> None:
+    def _about_self(self, u: Update, src: Intake | None = None) -> None:
         me = self.local
         if self.leaving:
             return  # we are going; nothing to defend
+        if about_self_refused(u, me.incarnation, self.config):
+            self._refuse("incarnation", u, src)
+            return
         if isinstance(u, Alive):
             if u.incarnation > me.incarnation or (u.incarnation == me.incarnation and u.addr != me.addr):
                 self.refute(u.incarnation)

@@ -42,6 +42,13 @@ class SwimMetrics:
         self.health = Gauge(p + "health_score", "Local health (Lifeguard awareness) score; 0 is healthy",
                             registry=r)
         self.incarnation = Gauge(p + "incarnation", "This node's incarnation number", registry=r)
+        self.verifications = Counter(p + "verifications", "Probes of proposed members at their claimed address, "
+                                     "by result (ok: a member now; failed: forgotten)", ["result"], registry=r)
+        self.unverified = Gauge(p + "unverified", "Proposed members waiting for their verification probe",
+                                registry=r)
+        self.claims_refused = Counter(p + "claims_refused", "Member updates refused, by reason (stranger, "
+                                      "incarnation, message_limit, source_full, full, recently_failed, table_full)",
+                                      ["reason"], registry=r)
         # pre-bound children: no label lookups on the hot path
         self._sent = {t: self.messages_sent.labels(t) for t in MESSAGE_TYPES}
         self._received = {t: self.messages_received.labels(t) for t in MESSAGE_TYPES}
@@ -53,6 +60,8 @@ class SwimMetrics:
             self.push_pulls.labels(result)
         for origin in ("probe", "gossip"):
             self.suspicions.labels(origin)
+        for result in ("ok", "failed"):
+            self.verifications.labels(result)
         # plain totals, cheap to read (the simulator sums them over hundreds of instances)
         self.sent_total = 0
         self.received_total = 0

@@ -10,7 +10,8 @@
   ``gossip_nodes`` random members (recently dead ones included, so they can refute);
 * push-pull: every ``push_pull_interval`` swap full state with a random live member, and
   with a random dead one, which repairs partitions once they heal;
-* reap: forget long-dead members and old tombstones.
+* reap: forget long-dead members and old tombstones;
+* verify: ping proposed members at their claimed address (verify.py), a few at a time.
 
 Inbound requests arrive through the transport (HTTP routes, or the simulator) at
 ``handle``. Everything protocol-level without I/O lives in core.py.
@@ -36,6 +37,7 @@ from p2pnode.membership.swim.messages import (Ack, Alive, Gossip, Message, Messa
 from p2pnode.membership.swim.metrics import SwimMetrics
 from p2pnode.membership.swim.state import ALIVE, DEAD, SUSPECT
 from p2pnode.membership.swim.transport import HttpTransport, Transport
+from p2pnode.membership.swim.verify import Candidate
 from p2pnode.net.client import PeerClient, PeerError
 
 log = logging.getLogger("p2pnode.membership.swim")
@@ -86,40 +88,87 @@ class SwimMembership(SwimCore):
 
     # --- inbound ---------------------------------------------------------------------------
 
-    async def handle(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """Serve one request (already a msgpack map); MessageError on malformed input."""
+    async def handle(self, obj: dict[str, Any], origin: str | None = None) -> dict[str, Any]:
+        """Serve one request (already a msgpack map); MessageError on malformed input.
+
+        ``origin`` (the sender's host, when the transport knows it) is what per-source bounds
+        count; the sender id in the message is only a claim.
+        """
         msg = decode(obj)
+        if isinstance(msg, PushPull):
+            # merge first, so our reply carries any refutation
+            self.merge(msg.members, msg.sender, self.intake(msg.sender, origin))
+            return encode(PushPull(self.node_id, False, self.records()))
+        if isinstance(msg, (Ack, Nack)):
+            raise MessageError(f"{type(msg).__name__} is a reply, not a request")
+        src = self.intake(msg.sender, origin)
         if isinstance(msg, Ping):
             if msg.target != self.node_id:
                 raise MessageError(f"ping for {msg.target!r} reached {self.node_id!r}")
-            self.apply(Alive(msg.sender, msg.sender_incarnation, msg.sender_addr))
-            self.apply_all(msg.updates)
+            self.accept(Alive(msg.sender, msg.sender_incarnation, msg.sender_addr), src)  # it introduces itself
+            self.receive(msg.updates, src)
             return encode(Ack(msg.seq, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
+        self.receive(msg.updates, src)
         if isinstance(msg, PingReq):
-            self.apply_all(msg.updates)
+            # only for members: a stranger must not make us ping whatever address it names
             timeout = min(self.config.probe_timeout, 0.8 * msg.timeout_ms / 1000.0)
-            acked = msg.target != msg.sender and await self._ping(msg.target, msg.target_addr, timeout)
+            acked = (src.from_member and msg.target != msg.sender
+                     and await self._ping(msg.target, msg.target_addr, timeout))
             cls = Ack if acked else Nack
             return encode(cls(msg.seq, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
-        if isinstance(msg, Gossip):
-            self.apply_all(msg.updates)
-            return encode(Ack(0, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
-        if isinstance(msg, PushPull):
-            self.merge(msg.members, msg.sender)  # first, so our reply carries any refutation
-            return encode(PushPull(self.node_id, False, self.records()))
-        raise MessageError(f"{type(msg).__name__} is a reply, not a request")
+        return encode(Ack(0, self.node_id, self.piggyback(msg.sender, known=msg.updates)))
 
     # --- probing ---------------------------------------------------------------------------
 
-    async def _ping(self, target: str, addr: str, timeout: float) -> bool:
-        """One direct ping; True on a matching ack (whose piggyback is applied)."""
+    async def _ping(self, target: str, addr: str, timeout: float, news: bool = True) -> Ack | None:
+        """One direct ping; the ack if ``target`` itself answered (its piggyback applied when
+        ``news``), else None. A node acks only pings meant for it, so an ack proves that
+        ``target`` is at ``addr``."""
         seq = next(self._seq)
-        ping = Ping(seq, self.node_id, self.addr, self.local.incarnation, target, self.piggyback(target))
+        ping = Ping(seq, self.node_id, self.addr, self.local.incarnation, target,
+                    self.piggyback(target) if news else ())
         reply = await self._request(addr, ping, timeout)
         if not isinstance(reply, Ack) or reply.seq != seq or reply.sender != target:
-            return False
-        self.apply_all(reply.updates)
-        return True
+            return None
+        if news:
+            self.receive(reply.updates, self.intake(target))
+        return reply
+
+    async def _verify(self, c: Candidate) -> None:
+        """Probe a proposed member at its claimed address (twice, in case one ping is lost)."""
+        ack = None
+        try:
+            for _ in range(2):
+                ack = await self._ping(c.node, c.addr, self.awareness.scale(self.config.probe_timeout), news=False)
+                if ack is not None:
+                    break
+        finally:
+            self.verifier.done(c, ack is not None, self._now())
+            self.metrics.verifications.labels("ok" if ack is not None else "failed").inc()
+            self.metrics.unverified.set(len(self.verifier))
+        if ack is not None:
+            self.verified(c)
+            self.receive(ack.updates, self.intake(c.node))
+
+    async def _verify_loop(self) -> None:
+        """Start at most ``verify_rate`` probes a second, ``verify_in_flight`` at a time."""
+        slots = asyncio.Semaphore(self.config.verify_in_flight)
+
+        async def one(c: Candidate) -> None:
+            try:
+                await self._verify(c)
+            finally:
+                slots.release()
+
+        while True:
+            await self.verifier.wait()
+            await slots.acquire()
+            c = self.verifier.take()
+            if c is None:
+                slots.release()
+                continue
+            self._spawn(one(c))
+            await asyncio.sleep(1.0 / self.config.verify_rate)
 
     async def _ping_via(self, helper: Member, target: Member, timeout: float) -> str:
         """Ask ``helper`` to ping ``target``: "ack", "nack" or "no_answer"."""
@@ -128,19 +177,19 @@ class SwimMembership(SwimCore):
         reply = await self._request(helper.addr, req, timeout)
         result = "ack" if isinstance(reply, Ack) else "nack" if isinstance(reply, Nack) else "no_answer"
         if isinstance(reply, (Ack, Nack)):
-            self.apply_all(reply.updates)
+            self.receive(reply.updates, self.intake(reply.sender))
         self.metrics.indirect_probes.labels(result).inc()
         return result
 
     async def _retry_direct(self, target: Member, timeout: float) -> str:
-        return "ack" if await self._ping(target.node_id, target.addr, timeout) else "failed"
+        return "ack" if await self._ping(target.node_id, target.addr, timeout) is not None else "failed"
 
     async def probe(self, target: Member, started: float) -> bool:
         """One protocol period against ``target`` (memberlist probeNode); True if it answered."""
         loop = asyncio.get_running_loop()
         deadline = started + self.awareness.scale(self.config.probe_interval)
         timeout = min(self.awareness.scale(self.config.probe_timeout), deadline - loop.time())
-        if timeout > 0 and await self._ping(target.node_id, target.addr, timeout):
+        if timeout > 0 and await self._ping(target.node_id, target.addr, timeout) is not None:
             self.metrics.probe_ok.inc()
             self.awareness.apply_delta(-1)
             self.metrics.health.set(self.awareness.score)
@@ -187,7 +236,7 @@ class SwimMembership(SwimCore):
         m = self.table.get(node_id)
         if m is None or m.state not in (ALIVE, SUSPECT):
             return
-        if await self._ping(m.node_id, m.addr, self.awareness.scale(self.config.probe_timeout)):
+        if await self._ping(m.node_id, m.addr, self.awareness.scale(self.config.probe_timeout)) is not None:
             self.metrics.probes.labels("late_ack").inc()
             return
         m = self.table.get(node_id)
@@ -201,7 +250,7 @@ class SwimMembership(SwimCore):
     async def _tell(self, addr: str, msg: Gossip, timeout: float) -> None:
         reply = await self._request(addr, msg, timeout)
         if isinstance(reply, Ack):
-            self.apply_all(reply.updates)
+            self.receive(reply.updates, self.intake(reply.sender))
 
     async def _probe_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -261,7 +310,17 @@ class SwimMembership(SwimCore):
             return False
         self.metrics.push_pulls.labels("ok").inc()
         before = self.local.incarnation
-        self.merge(reply.members, reply.sender)
+        # We chose this address, and the node there answered with its id: if it lists itself
+        # there, that is as good as an ack. The members it names still have to be verified,
+        # but a reply we asked for may propose as many as we have room for.
+        me_there = next((r for r in reply.members if r.node == reply.sender and r.addr == addr), None)
+        if me_there is not None and me_there.state == ALIVE and reply.sender != self.node_id:
+            m = self.table.get(reply.sender)
+            if m is None or m.addr != addr:
+                self.verifier.discard(reply.sender)
+                self.verified(Candidate(reply.sender, me_there.incarnation, addr, addr))
+        self.merge(reply.members, reply.sender,
+                   self.intake(reply.sender, new_limit=self.config.max_unverified))
         if self.local.incarnation != before and not join:
             # they held something against us: make sure our refutation reaches them at once
             alive = Alive(self.node_id, self.local.incarnation, self.addr)
@@ -339,6 +398,7 @@ class SwimMembership(SwimCore):
                 tg.create_task(self._gossip_loop(), name="swim-gossip")
                 tg.create_task(self._push_pull_loop(), name="swim-push-pull")
                 tg.create_task(self._reap_loop(), name="swim-reap")
+                tg.create_task(self._verify_loop(), name="swim-verify")
         finally:
             self._tg = None
             self._gossip_in_flight = 0

@@ -22,7 +22,9 @@ from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 
 PREFIX = "/v1/membership/"
 
-Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+#: handler(request, origin) -> reply; origin is the sender's host as the transport saw it (None when
+#: the transport cannot tell), which per-source bounds count instead of the id a message claims
+Handler = Callable[[dict[str, Any], str | None], Awaitable[dict[str, Any]]]
 #: observer(direction, message type, bytes): direction is "sent" or "received"
 Observer = Callable[[str, str, int], None]
 
@@ -60,7 +62,7 @@ class Transport(abc.ABC):
 
     def bind(self, handler: Handler, *, observer: Observer | None = None, max_message_bytes: int = 64 * 1024,
              max_push_pull_bytes: int = 4 * 1024 * 1024) -> None:
-        """Attach the protocol: ``handler(request) -> reply`` for inbound messages."""
+        """Attach the protocol: ``handler(request, origin) -> reply`` for inbound messages."""
         self._handler = handler
         self._observer = observer
         self.max_message_bytes = max_message_bytes
@@ -88,7 +90,7 @@ class Transport(abc.ABC):
         self._observe("received", str(reply.get("t", "?"))[:16], len(data))
         return reply
 
-    async def handle_bytes(self, path_type: str, body: bytes) -> bytes:
+    async def handle_bytes(self, path_type: str, body: bytes, origin: str | None = None) -> bytes:
         """Serve one inbound request: bounded decode, protocol handler, encode the reply.
 
         Raises MessageError for malformed input (HTTP answers 400).
@@ -101,7 +103,7 @@ class Transport(abc.ABC):
         if msg.get("t") != path_type:
             raise MessageError(f"{path_type} endpoint got a {msg.get('t')!r:.20} message")
         self._observe("received", path_type, len(body))
-        reply_msg = await self._handler(msg)
+        reply_msg = await self._handler(msg, origin)
         reply = pack(reply_msg)
         self._observe("sent", str(reply_msg.get("t", "?")), len(reply))
         return reply
@@ -148,7 +150,7 @@ class HttpTransport(Transport):
                 return web.json_response({"error": f"message over {limit(msg_type)} bytes"}, status=413)
             body = await request.read()
             try:
-                reply = await self.handle_bytes(msg_type, body)
+                reply = await self.handle_bytes(msg_type, body, request.remote)
             except MessageError as exc:
                 return web.json_response({"error": str(exc)}, status=400)
             return web.Response(body=reply, content_type=MSGPACK)
