@@ -38,11 +38,11 @@ async function getJSON(path) {
 
 // --- charts -------------------------------------------------------------------------------
 
-// One line chart: `series` is a list of keys of the history points; y from 0 (or the data's
-// minimum for the loss) to the data's maximum, x is wall-clock time.
+// One line chart: `keys` name fields of the history points; y from 0 (or the data's minimum
+// for the loss) to the data's maximum; x is wall-clock time, the same span on every chart.
 function drawChart(id, keys, opts = {}) {
   const root = document.getElementById(id);
-  const W = 360, H = 150, L = 46, R = 8, T = 8, B = 20;
+  const W = 360, H = 150, L = 58, R = 8, T = 8, B = 20;
   root.replaceChildren();
   const pts = keys.map((k) => history.filter((p) => p[k] !== null && p[k] !== undefined).map((p) => [p.t, p[k]]));
   root.dataset.points = String(pts[0].length);
@@ -51,7 +51,7 @@ function drawChart(id, keys, opts = {}) {
     root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, "waiting for data…"));
     return;
   }
-  const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
+  const t0 = history[0].t, t1 = Math.max(history[history.length - 1].t, t0 + 1);
   let y0 = opts.min ?? Math.min(0, ...all.map((p) => p[1]));
   let y1 = opts.max ?? Math.max(...all.map((p) => p[1]));
   if (opts.fromData) y0 = Math.min(...all.map((p) => p[1]));
@@ -106,7 +106,9 @@ function drawCluster(view) {
 function drawMembers(status) {
   const peers = status.peers || {};
   const body = document.querySelector("#members tbody");
-  body.replaceChildren(...status.members.map((m) => {
+  const rank = (m) => (m.node_id === status.node_id ? "" : m.node_id);  // this node first
+  const members = [...status.members].sort((x, y) => rank(x).localeCompare(rank(y)));
+  body.replaceChildren(...members.map((m) => {
     const p = peers[m.node_id] || {};
     const me = m.node_id === status.node_id;
     return row([shortId(m.node_id) + (me ? " (this)" : ""), m.addr, [m.state, `state-${m.state}`],
