@@ -24,7 +24,8 @@ PeerMode = Literal["average", "adopt"]
 
 #: Why the worker refused a peer payload (``Applied.reason``). "gap" is ours, not the peer's:
 #: we hold no replica (or another version) to apply its delta to and must ask for a snapshot.
-REFUSAL_REASONS = ("malformed", "architecture", "non-finite", "gap", "too-large")
+GAP = "gap"
+REFUSAL_REASONS = ("malformed", "architecture", "non-finite", GAP, "too-large")
 
 
 @dataclass

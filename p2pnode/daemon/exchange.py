@@ -6,6 +6,11 @@ model with ``GET /v1/model?since=V&epoch=E`` (the sparse delta since the replica
 and averages. A timeout or error skips the round: the worker never waits for the network, it
 only takes what has arrived between two of its steps. A peer that fails ``fail_threshold``
 times in a row is left out, then tried again after a back-off, until it answers.
+
+The replicas live in the worker, their versions here (``PeerRecord.version``). Whenever the two
+may disagree the daemon forgets its versions and asks for snapshots: when a new worker says hello
+(a restart loses every replica), and when our worker refuses a delta as a "gap" (no replica, or
+another version, of that peer). Both are this node's business, never counted against the peer.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from p2pnode.daemon.trainer import Trainer
 from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
-from p2pnode.pipe_protocol import ADOPT, AVERAGE
+from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP
 
 log = logging.getLogger("p2pnode.exchange")
 
@@ -57,6 +62,8 @@ class ExchangeTotals:
     skipped: int = 0
     not_modified: int = 0
     rejected: int = 0
+    #: deltas our own worker could not apply (it lost or evicted the replica): snapshot next time
+    resyncs: int = 0
     bytes_received: int = 0
 
 
@@ -76,6 +83,8 @@ class Exchange:
         # A node joining with no checkpoint adopts the first peer model it gets (weight 1).
         self.bootstrap_pending = bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
         self.bootstrapped_from: str | None = None
+        #: the worker life (its epoch) our replica versions belong to
+        self.worker_epoch = ""
 
     def candidates(self) -> list[Member]:
         now = time.monotonic()
@@ -100,7 +109,20 @@ class Exchange:
             self.round += 1
             await self.exchange_with(peer)
 
+    def follow_worker(self) -> None:
+        """A new worker life holds no replicas: forget every version, so the next fetch from
+        each peer is a snapshot instead of a delta our worker could only refuse."""
+        epoch = self.trainer.state.epoch
+        if epoch == self.worker_epoch:
+            return
+        if self.worker_epoch:
+            log.info("new training worker (epoch %s): fetching full models from peers again", epoch)
+        self.worker_epoch = epoch
+        for rec in self.peers.values():
+            rec.version, rec.epoch = -1, ""
+
     async def exchange_with(self, peer: Member) -> bool:
+        self.follow_worker()
         rec = self.peers.setdefault(peer.node_id, PeerRecord(peer.addr))
         if rec.addr != peer.addr:  # moved: our replica may be of another life
             rec.addr, rec.version, rec.epoch = peer.addr, -1, ""
@@ -138,6 +160,14 @@ class Exchange:
             log.info("payload from %s not applied, our worker did not take it: %r", peer.node_id, exc)
             self.totals.skipped += 1
             self.metrics.exchanges.labels("local").inc()
+            rec.version, rec.epoch = -1, ""
+            return False
+        if not applied.ok and applied.reason == GAP:
+            # Our worker has no replica of this peer at that version (it restarted, or evicted
+            # it): our own state, not the peer's fault. Resynchronise with a snapshot.
+            log.info("replica of %s out of step (%s); fetching a full model next time", peer.node_id, applied.detail)
+            self.totals.resyncs += 1
+            self.metrics.exchanges.labels("resync").inc()
             rec.version, rec.epoch = -1, ""
             return False
         if not applied.ok:

@@ -179,9 +179,12 @@ class Trainer:
             pass
 
     async def wait_step(self, after: int) -> int:
-        """Wait until the worker has taken a step past ``after`` (or training is over)."""
+        """Wait until the worker has taken a step past ``after``, training is over, or a new
+        worker said hello (it resumes from a checkpoint, maybe at a lower step)."""
+        epoch = self.state.epoch
         async with self.step_changed:
-            await self.step_changed.wait_for(lambda: self.state.step > after or self.state.done)
+            await self.step_changed.wait_for(
+                lambda: self.state.step > after or self.state.done or self.state.epoch != epoch)
         return self.state.step
 
     # --- the actor ------------------------------------------------------------------------
@@ -326,6 +329,8 @@ class Trainer:
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
         self.metrics.published_version.set(msg.version)
+        async with self.step_changed:
+            self.step_changed.notify_all()
         log.info("worker ready: %d parameters, step %d%s, public version %d, epoch %s", msg.params, msg.step,
                  " (resumed from checkpoint)" if msg.resumed else "", msg.version, msg.epoch)
         self.ready.set()
