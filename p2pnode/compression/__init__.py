@@ -11,7 +11,7 @@ from p2pnode.compression.memory import DGCMemory, Memory, NoMemory, ResidualMemo
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.compression.registry import build, build_sparsifier, names, validate
 from p2pnode.compression.schedule import DelayedStart, WarmupDensity
-from p2pnode.compression.wire import decode, encode
+from p2pnode.compression.packing import decode, encode
 
 __all__ = [
     "CompressionConfigError", "Compressor", "Ctx", "Sparsifier", "Traits", "payload_bytes",

@@ -2,7 +2,7 @@
 
 A compressor is a pure operator: ``compress(tensor) -> (payload, ctx)`` and
 ``decompress(payload, ctx) -> tensor`` of the same shape and dtype. The *payload* is what
-travels (a small tree of numbers, strings and arrays, encoded by :mod:`.wire`); the *context*
+travels (a small tree of numbers, strings and arrays, encoded by :mod:`.packing`); the *context*
 is local metadata the receiver can rebuild from its own copy of the model (shape and dtype),
 so a peer decompresses with ``Ctx(shape, dtype)`` and the payload alone. State that outlives
 one call (PowerSGD's warm start) is explicit, via ``state_dict`` / ``load_state_dict``.
@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from p2pnode.compression.wire import ArraySpec, index_dtype, payload_bytes
+from p2pnode.compression.packing import ArraySpec, index_dtype, payload_bytes
 
 __all__ = [
     "Traits", "Ctx", "Compressor", "Sparsifier", "CompressionConfigError", "payload_bytes",

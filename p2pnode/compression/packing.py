@@ -1,4 +1,7 @@
-"""Wire encoding of compressor payloads (msgpack) and bit-packing helpers.
+"""Packing compressor payloads into bytes (msgpack) and bit-packing helpers.
+
+Not to be confused with ``p2pnode.wire`` (the model payloads nodes exchange); this module
+only sizes and round-trips the compression toolbox's payloads (docs/COMPRESSION.md).
 
 A payload is a small tree of dicts, lists, strings, numbers and arrays (torch tensors or numpy
 arrays). Arrays travel as ``{"__nd__": [dtype, shape, raw little-endian bytes]}``, the same
@@ -37,7 +40,7 @@ _TORCH_TO_NAME: dict[torch.dtype, str] = {
 }
 _NAME_TO_TORCH = {v: k for k, v in _TORCH_TO_NAME.items()}
 if sys.byteorder != "little":  # pragma: no cover - every platform we run on is little-endian
-    raise ImportError("p2pnode.compression.wire assumes a little-endian host")
+    raise ImportError("p2pnode.compression.packing assumes a little-endian host")
 
 
 def _array_parts(a: Any) -> tuple[str, list[int], memoryview]:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from p2pnode.compression.base import CompressionConfigError, Compressor, Ctx, Payload, Traits
-from p2pnode.compression.wire import pack_uint, unpack_uint
+from p2pnode.compression.packing import pack_uint, unpack_uint
 
 __all__ = ["QSGD"]
 

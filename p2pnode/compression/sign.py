@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from p2pnode.compression.base import Compressor, Ctx, Payload, Traits
-from p2pnode.compression.wire import pack_bits, unpack_bits
+from p2pnode.compression.packing import pack_bits, unpack_bits
 
 __all__ = ["SignSGD", "EFSignSGD", "OneBit"]
 

@@ -10,7 +10,7 @@ import torch
 from p2pnode.compression.base import (
     CompressionConfigError, Ctx, Payload, Sparsifier, Traits, count_true, flatnonzero,
 )
-from p2pnode.compression.wire import index_dtype, pack_bits, unpack_bits
+from p2pnode.compression.packing import index_dtype, pack_bits, unpack_bits
 
 __all__ = ["MeanThreshold", "Strom"]
 

@@ -92,9 +92,6 @@ class ModelSpec:
     def names(self) -> list[str]:
         return [t.name for t in self.tensors]
 
-    def by_name(self) -> dict[str, TensorSpec]:
-        return {t.name: t for t in self.tensors}
-
     @classmethod
     def from_state_dict(cls, sd: Mapping[str, Any], fingerprint: str) -> ModelSpec:
         """Floating-point entries of a torch state_dict (integer buffers such as BatchNorm's

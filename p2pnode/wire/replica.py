@@ -6,8 +6,8 @@ a "set" (merged) delta writes the peer's current values. Everything is checked b
 anything is written, so a payload that is refused leaves the replica as it was.
 
 Tensors are torch float32, flat, sharing memory with numpy arrays (the update arithmetic is
-numpy's, identical to the publisher's); :meth:`Replica.state_dict` gives shaped views to
-average into a torch model. Treat them as read-only: writing to them breaks bit-equality.
+numpy's, identical to the publisher's); the worker views them in its model's shapes to average
+them in. Treat them as read-only: writing to them breaks bit-equality.
 Not thread-safe: one owner (the worker's exchange loop).
 """
 
@@ -53,10 +53,6 @@ class Replica:
     @property
     def ready(self) -> bool:
         return self.version >= 0
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Shaped views of the replica's tensors (no copy)."""
-        return {s.name: self.tensors[s.name].view(s.shape) for s in self.spec.tensors}
 
     def apply(self, payload: Payload, *, validate: bool = True) -> None:
         """Apply a snapshot or delta; raise PayloadError (nothing changed) if it does not fit.
@@ -117,13 +113,6 @@ class ReplicaCache:
             self._replicas.move_to_end(node_id)
         return r
 
-    def version_of(self, node_id: str) -> tuple[str, int] | None:
-        """``(epoch, version)`` to ask the peer for (``?since=version&epoch=epoch``)."""
-        r = self._replicas.get(node_id)
-        if r is None or r.epoch is None:
-            return None
-        return r.epoch, r.version
-
     def apply(self, node_id: str, data: bytes, expect: ModelSpec,
               max_bytes: int = DEFAULT_MAX_BYTES) -> Replica:
         """Decode ``data`` from peer ``node_id`` and apply it; on any error (PayloadError and
@@ -144,6 +133,3 @@ class ReplicaCache:
         while len(self._replicas) > self.max_replicas:
             self._replicas.popitem(last=False)
         return replica
-
-    def drop(self, node_id: str) -> None:
-        self._replicas.pop(node_id, None)

@@ -106,11 +106,6 @@ class ServedModel:
     def log_nbytes(self) -> int:
         return self._log_nbytes
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """A copy of x̂ (flat float32 per tensor), for tests and checkpoints."""
-        with self._lock:
-            return {k: v.copy() for k, v in self._x.items()}
-
     # -- writer side ----------------------------------------------------------------------
 
     def reset(self, snapshot: bytes | Snapshot) -> None:
@@ -170,13 +165,6 @@ class ServedModel:
             self._snapshot = None
             self._merged.clear()
             return self._version
-
-    def update_loss(self, loss: float, step: int) -> None:
-        """Newer loss/step for snapshots and merged deltas encoded from now on."""
-        with self._lock:
-            self._loss, self._step = float(loss), int(step)
-            self._snapshot = None
-            self._merged.clear()
 
     # -- reader side ----------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from p2pnode.compression import build, build_sparsifier, decode, encode, payload_bytes
 from p2pnode.compression.base import kept_count
-from p2pnode.compression.wire import pack_bits, pack_uint, unpack_bits, unpack_uint
+from p2pnode.compression.packing import pack_bits, pack_uint, unpack_bits, unpack_uint
 
 
 def _data(kind: str, n: int = 200_000, seed: int = 0) -> torch.Tensor:

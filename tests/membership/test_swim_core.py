@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from p2pnode.membership.base import EventKind, MemberState
-from p2pnode.membership.sim import run_virtual
+from benchlib.swim_sim import run_virtual
 from p2pnode.membership.swim import SwimConfig, SwimMembership
 from p2pnode.membership.swim.messages import (Ack, Alive, Dead, Gossip, Left, MessageError, Ping, PushPull,
                                               Record, Suspect, decode, encode)

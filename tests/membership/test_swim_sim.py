@@ -1,7 +1,7 @@
 """Whole clusters of real SwimMembership instances on the simulated network (virtual time).
 
 The protocol code is the daemon's; only the transport and the clock are swapped
-(p2pnode/membership/sim.py), so a minute of cluster life costs well under a second.
+(benchlib/swim_sim.py), so a minute of cluster life costs well under a second.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from p2pnode.membership.base import EventKind, JoinError, MemberState
-from p2pnode.membership.sim import SimCluster, run_virtual
+from benchlib.swim_sim import SimCluster, run_virtual
 from p2pnode.membership.swim import SwimConfig
 
 A, S, D, L = MemberState.ALIVE, MemberState.SUSPECT, MemberState.DEAD, MemberState.LEFT

@@ -48,8 +48,13 @@ def replica_at(pub: ServedModel) -> Replica:
     return r
 
 
+def served_x(pub: ServedModel) -> dict[str, np.ndarray]:
+    """x̂ as peers see it: the snapshot the publisher serves."""
+    return decode(pub.serve(None, None).body, SPEC).tensors
+
+
 def same(r: Replica, pub: ServedModel) -> bool:
-    x = pub.arrays()
+    x = served_x(pub)
     return all(np.array_equal(r.tensors[k].numpy(), x[k]) for k in x)
 
 
@@ -134,7 +139,7 @@ def test_log_evicted_by_bytes() -> None:
 def test_bad_publishes_change_nothing() -> None:
     pub = make()
     pub.publish(delta_bytes(pub, 1))
-    before, log_len, body = pub.arrays(), pub.log_len, pub.serve(0, "e1").body
+    before, log_len, body = served_x(pub), pub.log_len, pub.serve(0, "e1").body
     other_spec = ModelSpec("zz", SPEC.tensors)
     bad = [
         delta_bytes(pub, 2, base_version=0),  # stale base
@@ -165,16 +170,9 @@ def test_bad_publishes_change_nothing() -> None:
         pub.reset(encode(Snapshot(other_spec.header("snapshot", "me", "e1", 0),
                                   {s.name: np.zeros(s.numel, np.float32)
                                    for s in SPEC.tensors})))
-    after = pub.arrays()
+    after = served_x(pub)
     assert all(np.array_equal(before[k], after[k]) for k in before)
     assert (pub.version, pub.log_len, pub.serve(0, "e1").body) == (1, log_len, body)
-
-
-def test_update_loss_refreshes_snapshot_header() -> None:
-    pub = make()
-    pub.update_loss(0.125, 42)
-    h = decode(pub.serve(None, None).body, SPEC).header
-    assert (h.loss, h.step) == (0.125, 42)
 
 
 def test_reset_with_new_epoch_drops_log() -> None:

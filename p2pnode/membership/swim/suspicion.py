@@ -37,7 +37,7 @@ class Suspicion:
 
     ``sender`` (who raised it) does not count as a confirmation; each other distinct sender
     does, up to ``k``. The timer runs on the event loop's clock, so a virtual-time loop
-    (membership/sim.py) drives it exactly like a real one.
+    (benchlib/swim_sim.py) drives it exactly like a real one.
     """
 
     def __init__(self, sender: str, k: int, min_timeout: float, max_timeout: float,

@@ -5,7 +5,7 @@ gossip/ack, push-pull/push-pull), so the transport is a single ``send(addr, msg,
 Both directions share one codec (``handle_bytes``): msgpack with tight container limits,
 a byte bound per message type, then the protocol's strict decoding. ``HttpTransport`` posts
 to ``/v1/membership/<type>`` through the node's keep-alive ``PeerClient``; the in-memory
-transport of membership/sim.py goes through the very same ``handle_bytes``.
+transport of benchlib/swim_sim.py goes through the very same ``handle_bytes``.
 """
 
 from __future__ import annotations
