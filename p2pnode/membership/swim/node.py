@@ -150,26 +150,6 @@ class SwimMembership(SwimCore):
             self.verified(c)
             self.receive(ack.updates, self.intake(c.node))
 
-    async def _verify_loop(self) -> None:
-        """Start at most ``verify_rate`` probes a second, ``verify_in_flight`` at a time."""
-        slots = asyncio.Semaphore(self.config.verify_in_flight)
-
-        async def one(c: Candidate) -> None:
-            try:
-                await self._verify(c)
-            finally:
-                slots.release()
-
-        while True:
-            await self.verifier.wait()
-            await slots.acquire()
-            c = self.verifier.take()
-            if c is None:
-                slots.release()
-                continue
-            self._spawn(one(c))
-            await asyncio.sleep(1.0 / self.config.verify_rate)
-
     async def _ping_via(self, helper: Member, target: Member, timeout: float) -> str:
         """Ask ``helper`` to ping ``target``: "ack", "nack" or "no_answer"."""
         req = PingReq(next(self._seq), self.node_id, target.node_id, target.addr,
@@ -398,7 +378,7 @@ class SwimMembership(SwimCore):
                 tg.create_task(self._gossip_loop(), name="swim-gossip")
                 tg.create_task(self._push_pull_loop(), name="swim-push-pull")
                 tg.create_task(self._reap_loop(), name="swim-reap")
-                tg.create_task(self._verify_loop(), name="swim-verify")
+                tg.create_task(self.verifier.run(self._verify, self._spawn), name="swim-verify")
         finally:
             self._tg = None
             self._gossip_in_flight = 0

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, OrderedDict
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from p2pnode.membership.swim.config import SwimConfig
 
@@ -43,7 +45,7 @@ class Candidate:
 
 
 class Verifier:
-    """Pending alive claims, in arrival order, with the bounds above (no I/O here)."""
+    """Pending alive claims, in arrival order, with the bounds above; ``run`` paces the probes."""
 
     def __init__(self, config: SwimConfig) -> None:
         self.config = config
@@ -124,3 +126,26 @@ class Verifier:
         self._per_source[c.source] -= 1
         if self._per_source[c.source] <= 0:
             del self._per_source[c.source]
+
+    async def run(self, probe: Callable[[Candidate], Awaitable[None]],
+                  spawn: Callable[[Coroutine[Any, Any, None]], None]) -> None:
+        """Start ``probe(candidate)`` for queued candidates, oldest first: at most
+        ``verify_rate`` a second and ``verify_in_flight`` at a time (``spawn`` owns the tasks;
+        ``probe`` must call ``done``)."""
+        slots = asyncio.Semaphore(self.config.verify_in_flight)
+
+        async def one(c: Candidate) -> None:
+            try:
+                await probe(c)
+            finally:
+                slots.release()
+
+        while True:
+            await self.wait()
+            await slots.acquire()
+            c = self.take()
+            if c is None:
+                slots.release()
+                continue
+            spawn(one(c))
+            await asyncio.sleep(1.0 / self.config.verify_rate)
