@@ -80,7 +80,13 @@ def parse(data: bytes) -> tuple[str, int]:
 
 
 def _set_aside(path: Path, why: object, then: str) -> None:
-    aside = path.with_name(f"{path.name}.invalid-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}")
+    """Rename a bad file out of the way (never over an earlier one) and say so."""
+    stem = f"{path.name}.invalid-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside = path.with_name(stem)
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{stem}-{n}")
     os.replace(path, aside)
     log.warning("%s is invalid (%s): set aside as %s; %s", path, why, aside.name, then)
 
