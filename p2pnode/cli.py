@@ -113,21 +113,32 @@ def render_status(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    url = f"http://{args.address}/v1/status"
-    headers: dict[str, str] = {}
-    if args.secret_file:
-        from p2pnode.net.auth import sign
-
-        try:
-            secret = open(args.secret_file, "rb").read().strip()
-        except OSError as exc:
-            print(f"p2pnode: cannot read the secret: {exc}", file=sys.stderr)
-            return 2
-        headers = sign(secret, "GET", "/v1/status", b"")
+def _read_credential(path: str | None, what: str) -> bytes | None:
+    if not path:
+        return None
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=args.timeout) as resp:
-            data = json.load(resp)
+        return open(path, "rb").read().strip() or None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what}: {exc}") from None
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from p2pnode.watch import Target, fetch_json, watch
+
+    try:
+        secret = _read_credential(args.secret_file, "secret")
+        token = _read_credential(args.token_file, "dashboard token")
+    except ConfigError as exc:
+        print(f"p2pnode: {exc}", file=sys.stderr)
+        return 2
+    if args.interval <= 0:
+        print("p2pnode: --interval must be > 0", file=sys.stderr)
+        return 2
+    target = Target(args.address, args.timeout, secret, token.decode() if token else None, args.cafile)
+    if args.watch:
+        return watch(target, args.interval)
+    try:
+        data = fetch_json(target, "/v1/status")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         print(f"p2pnode: no status from {args.address}: {exc}", file=sys.stderr)
         return 1
@@ -140,11 +151,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"p2pnode {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _start_parser(sub)
-    st = sub.add_parser("status", help="print a node's status")
-    st.add_argument("address", nargs="?", default="127.0.0.1:7070", metavar="HOST:PORT")
+    st = sub.add_parser("status", help="print a node's status, or watch the cluster's (--watch)")
+    st.add_argument("address", nargs="?", default="127.0.0.1:7070", metavar="HOST:PORT",
+                    help="the node to ask (https://HOST:PORT for a TLS cluster)")
     st.add_argument("--json", action="store_true", help="raw JSON")
+    st.add_argument("--watch", action="store_true",
+                    help="the cluster table of every member, redrawn in place until Ctrl-C")
+    st.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between redraws (--watch)")
     st.add_argument("--timeout", type=float, default=5.0)
     st.add_argument("--secret-file", metavar="FILE", help="the cluster secret, for a node that requires signatures")
+    st.add_argument("--token-file", metavar="FILE", help="or the node's read-only dashboard token")
+    st.add_argument("--cafile", metavar="FILE", help="CA bundle for https:// (default: the system's)")
     args = parser.parse_args(argv)
     if args.command == "start":
         return cmd_start(args)

@@ -71,7 +71,8 @@ def node_row(member: Member | None, status: dict[str, Any] | None, error: str | 
         "bytes_out": (_num(b.get("client_sent")) or 0) + (_num(b.get("model_served")) or 0),
         "done": bool(t.get("done")), "worker_alive": bool(t.get("worker_alive")),
         "uptime_s": _num(status.get("uptime_s")),
-        "members_alive": sum(1 for m in status.get("members") or [] if isinstance(m, dict) and m.get("state") == "alive"),
+        "members_alive": sum(1 for m in status.get("members") or []
+                             if isinstance(m, dict) and m.get("state") == "alive"),
     })
     if row["incarnation"] is None:
         row["incarnation"] = _num(status.get("incarnation"))

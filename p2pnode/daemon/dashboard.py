@@ -122,7 +122,8 @@ class DashboardAuth:
 
     @staticmethod
     def applies(request: web.Request) -> bool:
-        return request.method in ("GET", "HEAD") and (request.path in TOKEN_PATHS or request.path.startswith("/static/"))
+        path = request.path
+        return request.method in ("GET", "HEAD") and (path in TOKEN_PATHS or path.startswith("/static/"))
 
     def middleware(self) -> Any:
         @web.middleware

@@ -1,0 +1,110 @@
+"""``p2pnode status --watch`` in a real terminal: a tmux pane, read back as the screen shows it.
+
+tmux is the terminal emulator: the command runs in a detached pane of fixed size on a private
+tmux server (``-L``), and ``capture-pane`` returns the rendered screen (scroll-back included),
+so the test sees what a person over SSH would: the table, redrawn in place, not appended.
+Skipped, saying why, where tmux is missing (``scripts/setup.sh`` installs it where it can).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from nodes import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+class Pane:
+    """One detached tmux session on a private server; ``screen()`` is what it shows."""
+
+    def __init__(self, tmux: str, command: list[str], width: int = 80, height: int = 24) -> None:
+        self.tmux = tmux
+        self.server = f"p2pnode-test-{os.getpid()}"
+        self._run("new-session", "-d", "-s", "w", "-x", str(width), "-y", str(height), shlex.join(command))
+        self._run("set-option", "-t", "w", "remain-on-exit", "on")
+
+    def _run(self, *args: str) -> str:
+        # The pane inherits the environment of whoever starts the tmux server: a COLUMNS or LINES
+        # there (pytest may set them) would override the pane's real size.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        return subprocess.run([self.tmux, "-L", self.server, *args], check=True, capture_output=True, text=True,
+                              timeout=10, env=env).stdout
+
+    def screen(self, history: bool = False) -> str:
+        return self._run("capture-pane", "-p", "-t", "w", *(["-S", "-"] if history else []))
+
+    def keys(self, *keys: str) -> None:
+        self._run("send-keys", "-t", "w", *keys)
+
+    def exit_status(self) -> int | None:
+        dead, status = self._run("display-message", "-p", "-t", "w", "#{pane_dead} #{pane_dead_status}").split()
+        return int(status) if dead == "1" else None
+
+    def close(self) -> None:
+        subprocess.run([self.tmux, "-L", self.server, "kill-server"], capture_output=True, timeout=10)
+
+
+@pytest.fixture
+def tmux() -> Iterator[str]:
+    path = shutil.which("tmux")
+    if path is None:
+        pytest.skip("tmux is not installed (apt-get install tmux): it is the terminal this test reads")
+    yield path
+
+
+def step_of(screen: str, node_id: str) -> int | None:
+    """The step column of a node's row: the first number after its state."""
+    for line in screen.splitlines():
+        if node_id[:8] in line:
+            m = re.search(r"\b(?:alive|suspect)\b\D*?(\d+)", line)
+            return int(m.group(1)) if m else None
+    return None
+
+
+@pytest.mark.timeout(180)
+def test_watch_redraws_the_cluster_table_in_place(cluster: Any, tmux: str) -> None:
+    a = cluster("a")
+    a.wait_ready()
+    b = cluster("b", seeds=[a.addr])
+    ids = [n.wait_ready()["node_id"] for n in (a, b)]
+    wait_for(lambda: all(m["state"] == "alive" for m in a.status()["members"]) and len(a.status()["members"]) == 2,
+             30, "a to see b")
+    pane = Pane(tmux, [sys.executable, "-m", "p2pnode", "status", "--watch", a.addr, "--interval", "0.5"])
+    try:
+        def both_rows() -> str | None:
+            screen = pane.screen()
+            return screen if all(step_of(screen, i) is not None for i in ids) else None
+
+        try:
+            first = wait_for(both_rows, 30, "both nodes' rows on the screen")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- the screen:\n{pane.screen()}") from None
+        assert "p2pnode cluster via " + a.addr in first
+        # An 80-column terminal, as over SSH: the narrow layout, every row on one line.
+        for column in ("node", "state", "step", "smp/s", "loss", "acc", "exch", "in", "out"):
+            assert column in first
+        assert f"{ids[0][:8]} *" in first  # the node asked is marked
+        step0 = step_of(first, ids[0])
+        assert step0 is not None
+        # Training goes on and the table follows, redrawn over itself: one header in the whole
+        # scroll-back, however many refreshes happened.
+        wait_for(lambda: (step_of(pane.screen(), ids[0]) or 0) > step0, 30, "the table to refresh")
+        whole = pane.screen(history=True)
+        assert whole.count("p2pnode cluster via") == 1, whole
+        assert whole.count("smp/s") == 1, whole
+        pane.keys("C-c")
+        wait_for(lambda: pane.exit_status() is not None, 10, "the watch to end on Ctrl-C")
+        assert pane.exit_status() == 0
+        assert step_of(pane.screen(), ids[1]) is not None  # the last table stays on screen
+    finally:
+        pane.close()
