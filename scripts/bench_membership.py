@@ -2,7 +2,7 @@
 """SWIM at scale: hundreds of real SwimMembership instances on the simulated network.
 
 For each cluster size n (default 16, 64, 256), with SwimConfig.lan() and 0.5-1 ms one-way
-delay, on a virtual clock (p2pnode/membership/sim.py: the daemon's protocol code, only the
+delay, on a virtual clock (benchlib/swim_sim.py: the daemon's protocol code, only the
 transport and the clock swapped), it measures:
 
 * join: time until every member sees a new node (joining through one random member) alive;
@@ -14,16 +14,17 @@ transport and the clock swapped), it measures:
 * messages (requests and replies) and bytes sent per member per second, steady state
   without loss and under 10 % loss.
 
-It prints a table and rewrites the "## Membership" section of docs/BENCHMARKS.md.
+It prints a table; with --write it replaces the "## Membership" section of docs/BENCHMARKS.md.
 
-    .venv/bin/python scripts/bench_membership.py                 # the documented run
-    .venv/bin/python scripts/bench_membership.py --sizes 16,64 --loss-seconds 60 --no-write
+    .venv/bin/python scripts/bench_membership.py --write         # the documented run
+    .venv/bin/python scripts/bench_membership.py --sizes 16,64 --loss-seconds 60
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import platform
 import random
@@ -31,14 +32,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from benchlib.results import add_output_args, append_jsonl, write_section
 from p2pnode.membership.base import MemberState
-from p2pnode.membership.sim import SimCluster, run_virtual
+from benchlib.swim_sim import SimCluster, run_virtual
 from p2pnode.membership.swim import SwimConfig
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "BENCHMARKS.md"
 SECTION = "## Membership"
 
 
@@ -156,20 +155,6 @@ def table(results: list[Result], loss: float) -> str:
     return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    lines = doc.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
-    if start is None:
-        new = doc.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "\n".join(lines[:start] + text.rstrip("\n").splitlines() + ([""] if end < len(lines) else [])
-                        + lines[end:]) + "\n"
-    DOC.write_text(new)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="16,64,256")
@@ -178,7 +163,7 @@ def main() -> int:
     ap.add_argument("--loss-seconds", type=float, default=300.0)
     ap.add_argument("--loss", type=float, default=0.10)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-write", action="store_true", help="print only; leave docs/BENCHMARKS.md alone")
+    add_output_args(ap, SECTION)
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -189,6 +174,7 @@ def main() -> int:
                                                  args.loss_seconds, args.loss))
         res.wall = time.perf_counter() - wall
         results.append(res)
+        append_jsonl(args.jsonl, {"bench": "membership", **dataclasses.asdict(res)})
         print(f"n={n}: done in {res.wall:.0f} s wall", file=sys.stderr)
     out = table(results, args.loss)
     print(out)
@@ -199,7 +185,7 @@ def main() -> int:
         f"Messages per member per second, n={sizes[-1]} over n={sizes[0]}: {flat0:.2f}x without loss, "
         f"{flat:.2f}x at {args.loss:.0%} loss.")
     print(summary)
-    if not args.no_write:
+    if args.write:
         cmd = "scripts/bench_membership.py " + " ".join(sys.argv[1:])
         text = "\n".join([
             SECTION, "",
@@ -223,7 +209,7 @@ def main() -> int:
             "",
         ])
         write_section(text)
-        print(f"wrote the {SECTION!r} section of {DOC.relative_to(ROOT)}", file=sys.stderr)
+        print(f"wrote the {SECTION!r} section of docs/BENCHMARKS.md", file=sys.stderr)
     return 0
 
 

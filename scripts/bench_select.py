@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from p2pnode.compression import build, names, payload_bytes  # noqa: E402
-from p2pnode.compression.base import kept_count  # noqa: E402
+from p2pnode.compression import build, names, payload_bytes
+from p2pnode.compression.base import kept_count
 
 SPARSIFIERS = ["topk", "ldte-bs", "ldte", "dgc", "rgc", "gaussiank", "randomk", "mean-threshold",
                "strom"]

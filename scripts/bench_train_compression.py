@@ -21,17 +21,13 @@ lr 0.05).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from p2pnode.compression import GradientPipeline  # noqa: E402
-from p2pnode.data import DataError, fashion_mnist, synthetic  # noqa: E402
-from p2pnode.models import build_model  # noqa: E402
+from p2pnode.compression import GradientPipeline
+from p2pnode.data import DataError, fashion_mnist, synthetic
+from p2pnode.models import build_model
 
 #: (label, spec, memory, lr, momentum)
 RUNS: list[tuple[str, str, str, float, float]] = [

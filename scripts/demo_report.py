@@ -10,8 +10,7 @@ from pathlib import Path
 
 import torch
 
-from p2pnode.config import Config
-from p2pnode.worker.training import ShardTrainer
+from benchlib.cluster import checkpoint_accuracies
 
 
 def main() -> int:
@@ -25,12 +24,11 @@ def main() -> int:
     for s in status["nodes"].values():
         if s:
             by_dir[s["node_id"]] = s
-    cfg = Config()
-    trainer = ShardTrainer(cfg)  # the test split and the model architecture
+    dirs = [Path(d) for d in args.state_dirs]
     rows = []
-    for d in args.state_dirs:
-        ident = json.loads((Path(d) / "identity.json").read_text())
-        rows.append((Path(d).name, trainer.checkpoint_accuracy(Path(d)), by_dir.get(ident["node_id"], {})))
+    for d, acc in zip(dirs, checkpoint_accuracies(dirs)):
+        ident = json.loads((d / "identity.json").read_text())
+        rows.append((d.name, acc, by_dir.get(ident["node_id"], {})))
     print(f"\nwall time {status['elapsed_s']:.0f} s (start-up included; 'train s' is first step to last)")
     head = (f"{'node':<7} {'test acc':>8} {'steps':>6} {'samples':>8} {'train s':>8} {'sent MB':>8} {'recv MB':>8} "
             f"{'exch done':>9} {'skipped':>8}")

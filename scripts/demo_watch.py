@@ -9,16 +9,10 @@ import argparse
 import json
 import sys
 import time
-import urllib.request
 from typing import Any
 
-
-def fetch(addr: str) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://{addr}/v1/status", timeout=2) as resp:
-            return json.load(resp)
-    except OSError:
-        return None
+from benchlib.cluster import finished
+from benchlib.status import fetch_status
 
 
 def line(addr: str, s: dict[str, Any] | None) -> str:
@@ -45,7 +39,7 @@ def main() -> int:
     next_plain = 0.0
     while True:
         for a in args.addrs:
-            last[a] = fetch(a) or last[a]
+            last[a] = fetch_status(a) or last[a]
         elapsed = time.monotonic() - start
         lines = [f"t = {elapsed:5.0f} s"] + [line(a, last[a]) for a in args.addrs]
         if tty:
@@ -57,7 +51,7 @@ def main() -> int:
             print("\n".join(lines), flush=True)
             next_plain = elapsed + 10
         sys.stdout.flush()
-        done = all(s is not None and s["training"]["done"] for s in last.values())
+        done = all(s is not None and finished(s) for s in last.values())
         if done or elapsed > args.timeout:
             if not tty:
                 print("\n".join(lines))

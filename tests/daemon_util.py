@@ -1,15 +1,17 @@
-"""Small helpers for tests that talk to real daemons: raw HTTP (signed or not), metrics, processes."""
+"""Small helpers for tests that talk to real daemons: raw HTTP (signed or not), metrics; and the
+process helpers of ``benchlib.procs`` (a daemon's worker, whether a pid is alive)."""
 
 from __future__ import annotations
 
 import http.client
-import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from benchlib.procs import children, cmdline, pid_alive, worker_pid
 from p2pnode.net.auth import sign
+
+__all__ = ["children", "cmdline", "http_request", "metrics_text", "pid_alive", "sample_value", "worker_pid"]
 
 
 def http_request(addr: str, method: str, path_qs: str, body: bytes | Iterable[bytes] = b"",
@@ -46,40 +48,3 @@ def sample_value(text: str, name: str, labels: dict[str, str] | None = None) -> 
             if s.name == name and (labels is None or all(s.labels.get(k) == v for k, v in labels.items())):
                 return float(s.value)
     return 0.0
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*/children"):
-        try:
-            out += [int(c) for c in task.read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def worker_pid(daemon_pid: int, timeout: float = 10.0) -> int:
-    """The training worker: the daemon's child started by multiprocessing's spawn (the other
-    child, multiprocessing's resource tracker, is left alone)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = [c for c in children(daemon_pid) if "spawn_main" in cmdline(c)]
-        if len(found) == 1:
-            return found[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no single worker child of {daemon_pid}: {[cmdline(c) for c in children(daemon_pid)]}")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"

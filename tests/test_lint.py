@@ -19,6 +19,6 @@ def test_no_pyflakes_errors() -> None:
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     if not Path(ruff).exists():
         pytest.skip("ruff is not installed (pip install -e '.[test]')")
-    proc = subprocess.run([ruff, "check", "--select", "F", "--no-cache", "p2pnode", "scripts", "tests"],
+    proc = subprocess.run([ruff, "check", "--select", "F", "--no-cache", "p2pnode", "benchlib", "scripts", "tests"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,170 @@
+"""The baseline: PyTorch DDP over gloo, the same small CNN and shards as a p2pnode cluster
+(Fashion-MNIST, batch 64 per worker, momentum SGD, cosine schedule, 1 thread per worker).
+
+``run_ddp(DdpRun(...), place)`` starts one process per rank (``python -m benchlib.ddp``, with
+``place(rank)``'s command prefix: loopback, or a network namespace) and returns rank 0's
+result: seconds of training, test accuracy of the (identical) final models, and the bytes
+all-reduce moved (ring all-reduce: each worker sends 2 (n - 1) / n of the gradient bytes a
+step; all workers counted). A failure (a rank killed with ``kill_at``: gloo's "connection
+reset") or a hang comes back as ``failed``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from benchlib.cluster import ROOT, Place, loopback
+
+
+@dataclass
+class DdpRun:
+    """What one DDP run does; every field is also a ``python -m benchlib.ddp`` option."""
+
+    workers: int = 4
+    samples: int = 30000  #: training samples per worker
+    lr: float = 0.2
+    port: int = 29533  #: rank 0's rendezvous port
+    max_seconds: float = 0.0  #: > 0: all ranks stop after this much training (thin links); no accuracy then
+    kill_at: int = 0  #: > 0: the last rank SIGKILLs itself at this step, as a machine dying would
+
+    @property
+    def steps(self) -> int:
+        return self.samples // 64
+
+
+def run_ddp(run: DdpRun, place: Place = loopback, wait: float = 3600.0,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run every rank in its own process and return rank 0's result (a dict with ``seconds``,
+    ``accuracy``, ``sent``, ``steps``, ``of_steps``; or ``failed`` with what went wrong)."""
+    from p2pnode.daemon.supervisor import (
+        WORKER_MALLOC_ENV,  # the allocator settings p2pnode's workers get
+    )
+
+    master = place(0)[1]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **WORKER_MALLOC_ENV, **(env or {})}
+    opts = [a for f in fields(DdpRun) for a in (f"--{f.name.replace('_', '-')}", str(getattr(run, f.name)))]
+    procs = [subprocess.Popen([*place(r)[0], sys.executable, "-m", "benchlib.ddp", "--rank", str(r),
+                               "--master", master, *opts],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
+             for r in range(run.workers)]
+    deadline = time.monotonic() + wait
+    outs: list[tuple[str, str]] = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        return {"failed": f"no result after {wait:.0f} s: the workers hung", "steps": 0, "of_steps": run.steps}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    lines = outs[0][0].strip().splitlines()
+    if not lines:
+        return {"failed": f"rank 0 exited with {procs[0].returncode}: {outs[0][1][-2000:]}", "steps": 0,
+                "of_steps": run.steps}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+# --- one rank (in its own process) ----------------------------------------------------------
+
+
+def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: float, progress: list[int]) -> int:
+    """The training loop; returns the steps done (fewer when ``max_seconds`` struck)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(rank + 1)
+    kill_at = run.kill_at if rank == run.workers - 1 else 0
+    order, pos = torch.randperm(len(train), generator=gen), 0
+    for step in range(run.steps):
+        progress[0] = step
+        if kill_at and step == kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if run.max_seconds > 0 and step % 10 == 0 and step:  # every rank agrees on stopping
+            flag = torch.tensor([float(time.monotonic() - start > run.max_seconds)])
+            dist.all_reduce(flag)
+            if flag.item() > 0:
+                return step
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(train), generator=gen), 0
+        idx = order[pos:pos + 64]
+        pos += 64
+        for g in opt.param_groups:
+            g["lr"] = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
+        opt.zero_grad()
+        F.cross_entropy(model(train.images[idx]), train.labels[idx]).backward()
+        opt.step()
+    return run.steps
+
+
+def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
+    """One DDP worker; rank 0 returns what it measured."""
+    import torch
+    import torch.distributed as dist
+
+    from p2pnode.data import fashion_mnist, shard
+    from p2pnode.models import build_model
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(run.port))
+    dist.init_process_group("gloo", rank=rank, world_size=run.workers)
+    train = shard(fashion_mnist(True), rank, run.workers)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"))
+    opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
+    grad_bytes = sum(p.numel() * 4 for p in model.parameters())
+    dist.barrier()
+    start = time.monotonic()
+    progress = [0]
+    try:
+        done = _train(model, opt, train, run, rank, start, progress)
+    except RuntimeError as exc:  # gloo's errors (DistBackendError is one) when a peer is gone
+        return {"failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                "seconds": time.monotonic() - start, "steps": progress[0], "of_steps": run.steps}
+    dist.barrier()
+    elapsed = time.monotonic() - start
+    result = None
+    if rank == 0:
+        accuracy = float("nan")
+        if done == run.steps:
+            test = fashion_mnist(False)
+            model.eval()
+            with torch.no_grad():
+                correct = sum(int((model(test.images[i:i + 1000]).argmax(1) == test.labels[i:i + 1000]).sum())
+                              for i in range(0, len(test), 1000))
+            accuracy = correct / len(test)
+        sent = run.workers * done * grad_bytes * 2 * (run.workers - 1) / run.workers
+        result = {"seconds": elapsed, "accuracy": accuracy, "sent": sent, "steps": done, "of_steps": run.steps,
+                  **asdict(run)}
+    dist.destroy_process_group()
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="one DDP rank (benchlib.ddp.run_ddp starts them)")
+    for f in fields(DdpRun):
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--master", default="127.0.0.1", help="rank 0's host")
+    args = ap.parse_args()
+    run = DdpRun(**{f.name: getattr(args, f.name) for f in fields(DdpRun)})
+    result = rank_main(run, args.rank, args.master)
+    if result is not None and args.rank == 0:
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

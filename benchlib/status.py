@@ -1,0 +1,53 @@
+"""Talking to a running node from outside: its JSON status, a free port, waiting on a condition."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def get_json(addr: str, path: str = "/v1/status", timeout: float = 2.0) -> dict[str, Any]:
+    """GET ``http://ADDR/PATH`` as JSON; raises OSError (URLError, timeouts) when it does not answer."""
+    with urllib.request.urlopen(f"http://{addr}{path}", timeout=timeout) as resp:
+        data: dict[str, Any] = json.load(resp)
+        return data
+
+
+def fetch_status(addr: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """A node's ``/v1/status``, or None while it is starting, stopped or gone (for polling loops)."""
+    try:
+        return get_json(addr, "/v1/status", timeout)
+    except (OSError, ValueError):
+        return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on now (the kernel's pick; another process may take it later)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(pred: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Poll ``pred`` until it returns something true, and return that; errors a node gives
+    while it starts (refused connections, a key not there yet) count as "not yet". Raises
+    AssertionError naming ``what`` and the last error after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while True:
+        try:
+            value = pred()
+            if value:
+                return value
+        except (OSError, urllib.error.URLError, KeyError, ValueError) as exc:
+            last_exc = exc
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last_exc!r})")
+        time.sleep(interval)
