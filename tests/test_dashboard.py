@@ -1,0 +1,233 @@
+"""The dashboard's server side: the history ring, the cluster view against real sockets, and
+who may read the page when a cluster secret is set (a real node, plain HTTP requests)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from daemon_util import http_request
+from nodes import NodeProc, wait_for
+from p2pnode.daemon.cluster import ClusterLimits, ClusterView, edge_counters
+from p2pnode.daemon.dashboard import ASSETS, load_assets
+from p2pnode.daemon.history import History
+from p2pnode.membership.base import Member, MemberState
+from p2pnode.net.client import PeerClient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def status_doc(node_id: str, samples: int, received: int = 0, sent: int = 0, served: int = 0,
+               peers: dict[str, Any] | None = None, loss: float = 0.5) -> dict[str, Any]:
+    """The parts of a ``/v1/status`` document the dashboard reads."""
+    return {"node_id": node_id, "addr": "", "incarnation": 1, "uptime_s": 1.0,
+            "training": {"step": samples // 64, "samples": samples, "loss": loss, "accuracy": 0.5, "test_loss": 1.0,
+                         "done": False, "worker_alive": True},
+            "exchanges": {"done": 3, "skipped": 1}, "peers": peers or {}, "members": [],
+            "bytes": {"client_received": received, "client_sent": sent, "model_served": served}}
+
+
+# --- history ------------------------------------------------------------------------------------
+
+def test_history_rates_come_from_consecutive_samples() -> None:
+    h = History(lambda: {}, capacity=10)
+    first = h.sample(status_doc("a", 0), now=100.0, wall=1.0)
+    assert first.samples_per_s is None and first.bytes_in_per_s is None  # nothing to compare with yet
+    p = h.sample(status_doc("a", 640, received=5000, sent=100, served=1900), now=102.0, wall=3.0)
+    assert (p.samples_per_s, p.bytes_in_per_s, p.bytes_out_per_s) == (320.0, 2500.0, 1000.0)
+    # A worker restarted from a checkpoint counts from an earlier figure: no negative rate.
+    assert h.sample(status_doc("a", 128), now=103.0).samples_per_s == 0.0
+
+
+def test_history_is_bounded_json_safe_and_incremental() -> None:
+    h = History(lambda: {}, capacity=5)
+    for i in range(12):
+        h.sample(status_doc("a", 64 * i, loss=float("nan") if i == 11 else 0.5), now=float(i))
+    assert [p["seq"] for p in h.since(0)] == [8, 9, 10, 11, 12]
+    assert [p["seq"] for p in h.since(10)] == [11, 12]
+    doc = h.to_json(11)
+    assert doc["last_seq"] == 12 and doc["capacity"] == 5 and len(doc["points"]) == 1
+    assert doc["points"][0]["loss"] is None  # NaN is not JSON
+    json.dumps(doc, allow_nan=False)
+    with pytest.raises(ValueError):
+        History(lambda: {}, interval=0)
+
+
+async def test_history_actor_samples_until_cancelled() -> None:
+    calls = 0
+
+    def status() -> dict[str, Any]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("status not ready")  # skipped, the actor goes on
+        return status_doc("a", 64 * calls)
+
+    h = History(status, interval=0.01)
+    task = asyncio.create_task(h.run())
+    while len(h.points) < 3:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [p.samples for p in list(h.points)[:2]] == [64, 192]
+
+
+# --- cluster view against real HTTP servers -------------------------------------------------------
+
+async def serve(handler: Any) -> tuple[web.AppRunner, str]:
+    app = web.Application()
+    app.router.add_get("/v1/status", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"127.0.0.1:{port}"
+
+
+async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeout() -> None:
+    peer_state = {"samples": 640, "bytes": 1000}
+
+    async def good(request: web.Request) -> web.Response:
+        peers = {"a": {"bytes_received": peer_state["bytes"]}}
+        return web.json_response(status_doc("b", peer_state["samples"], peers=peers))
+
+    async def hangs(request: web.Request) -> web.Response:
+        await asyncio.sleep(30)
+        return web.json_response({})
+
+    async def garbage(request: web.Request) -> web.Response:
+        return web.Response(text="<html>not a status</html>")
+
+    servers = [await serve(h) for h in (good, hangs, garbage)]
+    (_, b_addr), (_, slow_addr), (_, bad_addr) = servers
+    members = [Member("a", "127.0.0.1:1", MemberState.ALIVE), Member("b", b_addr, MemberState.ALIVE),
+               Member("c", slow_addr, MemberState.SUSPECT), Member("d", bad_addr, MemberState.ALIVE),
+               Member("e", "127.0.0.1:9", MemberState.DEAD)]
+    members += [Member(f"z{i:02d}", "127.0.0.1:9", MemberState.LEFT) for i in range(10)]
+    own = {"samples": 64}
+    client = PeerClient()
+    view = ClusterView("a", lambda: status_doc("a", own["samples"], peers={"b": {"bytes_received": 500}}),
+                       lambda: members, client, ClusterLimits(max_nodes=8, timeout=0.3, cache_s=0.0))
+    try:
+        first = await view.build()
+        rows = {r["node_id"]: r for r in first["nodes"]}
+        assert list(rows)[:5] == ["a", "b", "d", "c", "e"]  # this node, then alive, suspect, dead, left
+        assert len(first["nodes"]) == 8 and first["omitted"] == 7
+        assert rows["a"]["self"] and rows["b"]["reachable"] and rows["b"]["step"] == 10
+        assert "no answer within 0.3 s" in rows["c"]["error"] and not rows["c"]["reachable"]
+        assert rows["d"]["error"] == "status is not JSON"
+        assert rows["e"]["state"] == "dead" and rows["e"]["error"] is None  # not asked: known dead
+        recent = {(e["src"], e["dst"]): e["bytes_recent"] for e in first["edges"]}
+        assert recent == {("a", "b"): None, ("b", "a"): None}  # one view: nothing to compare with yet
+        peer_state.update(samples=1280, bytes=3000)
+        own["samples"] = 128
+        second = await view.build()
+        edges = {(e["src"], e["dst"]): (e["bytes_total"], e["bytes_recent"]) for e in second["edges"]}
+        assert edges == {("a", "b"): (3000, 2000), ("b", "a"): (500, 0)}  # (served by, fetched by)
+        assert second["window_s"] >= 0 and {r["node_id"]: r["samples_per_s"] for r in second["nodes"][:2]}["b"] > 0
+    finally:
+        await client.close()
+        for runner, _ in servers:
+            await runner.cleanup()
+
+
+def test_edge_counters_ignore_malformed_peer_records() -> None:
+    docs = {"a": {"peers": {"b": {"bytes_received": 10}, "c": {"bytes_received": "x"}, "a": {"bytes_received": 5},
+                            "d": "junk", "e": {"bytes_received": 0}}},
+            "b": {"peers": ["not", "a", "map"]}}
+    assert edge_counters(docs) == {("b", "a"): 10}
+
+
+# --- packaging --------------------------------------------------------------------------------
+
+def test_the_page_ships_as_package_data_and_loads_nothing_from_elsewhere() -> None:
+    assets = load_assets()
+    assert set(assets) == set(ASSETS)
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "static/*" in cfg["tool"]["setuptools"]["package-data"]["p2pnode.daemon"]
+    for name, body in assets.items():
+        text = body.decode()
+        assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
+            '"http://www.w3.org/2000/svg"', ""), name
+        assert "https://" not in text and "//cdn" not in text, name
+
+
+# --- access with a cluster secret (a real node) ------------------------------------------------------
+
+SECRET, TOKEN = b"cluster-secret-1", "read-only-token-2"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_with_a_secret_the_page_needs_the_token_or_the_secret(cluster: Any, tmp_path: Path) -> None:
+    (tmp_path / "secret").write_bytes(SECRET + b"\n")
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    node: NodeProc = cluster("a", extra=["--set", f"node.secret_file={tmp_path / 'secret'}",
+                                         "--set", f"node.dashboard_token_file={tmp_path / 'token'}"])
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+    def ready() -> bool:
+        code, _, body = http_request(node.addr, "GET", "/v1/status", headers=bearer, timeout=2)
+        return code == 200 and json.loads(body)["joined"]
+
+    wait_for(ready, 40, "the node to serve its status to the token")
+
+    code, headers, _ = http_request(node.addr, "GET", "/")
+    assert code == 401 and headers["www-authenticate"].startswith("Basic ")
+    assert http_request(node.addr, "GET", "/?token=wrong")[0] == 401
+    code, headers, _ = http_request(node.addr, "GET", "/?token=" + TOKEN)
+    assert code == 303 and headers["location"] == "/"
+    cookie = headers["set-cookie"].split(";")[0]
+    assert "HttpOnly" in headers["set-cookie"] and "SameSite=Strict" in headers["set-cookie"]
+    assert TOKEN not in cookie  # the cookie carries an HMAC of the token, not the token
+    code, headers, body = http_request(node.addr, "GET", "/", headers={"Cookie": cookie})
+    assert code == 200 and b"dashboard.js" in body and "default-src 'none'" in headers["content-security-policy"]
+    assert http_request(node.addr, "GET", "/static/dashboard.js", headers={"Cookie": cookie})[0] == 200
+    basic = "Basic " + base64.b64encode(f"anyone:{TOKEN}".encode()).decode()
+    for creds in (bearer, {"Authorization": basic}, {"Authorization": "Bearer " + SECRET.decode()}):
+        code, _, body = http_request(node.addr, "GET", "/v1/cluster", headers=creds)
+        assert code == 200 and json.loads(body)["nodes"][0]["self"], creds
+    assert http_request(node.addr, "GET", "/v1/history?since=0", headers=bearer)[0] == 200
+    assert http_request(node.addr, "GET", "/v1/history?since=x", headers=bearer)[0] == 400
+    assert http_request(node.addr, "GET", "/static/nope.js", headers=bearer)[0] == 404
+    # Read-only: the token opens nothing a peer uses; those still need the HMAC signature.
+    assert http_request(node.addr, "GET", "/v1/model", headers=bearer)[0] == 401
+    assert http_request(node.addr, "POST", "/v1/model?from=x", b"\x00", headers=bearer)[0] == 401
+    assert http_request(node.addr, "GET", "/v1/cluster", secret=SECRET)[0] == 200  # peers and the CLI sign
+    assert http_request(node.addr, "GET", "/metrics")[0] == 200  # open, as before
+    # The CLI with the token file: one-shot status.
+    cli = [sys.executable, "-m", "p2pnode", "status", node.addr]
+    out = subprocess.run([*cli, "--token-file", str(tmp_path / "token")], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and f"at {node.addr}" in out.stdout, out.stderr
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "401" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_without_a_secret_the_page_is_open(cluster: Any) -> None:
+    node = cluster("a")
+    node.wait_ready()
+    with urllib.request.urlopen(f"http://{node.addr}/", timeout=5) as resp:
+        assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html")
+
+    def two_points() -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"http://{node.addr}/v1/history", timeout=5) as resp:
+            pts = json.load(resp)["points"]
+        return pts if len(pts) >= 2 and pts[-1]["samples_per_s"] is not None else []
+
+    pts = wait_for(two_points, 20, "two history points")
+    assert pts[-1]["seq"] > pts[0]["seq"] and math.isfinite(pts[-1]["t"])
