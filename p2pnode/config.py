@@ -151,6 +151,22 @@ class MembershipConfig:
     profile: str = "lan"
     #: a node with no checkpoint starts from a live peer's full model
     bootstrap_from_peer: bool = True
+    #: SWIM timings that override the profile's; 0 keeps the profile's value (lan / wan).
+    #: Seconds between probes (1 / 5), that an ack may take before indirect probes (0.5 / 3),
+    #: the suspicion timeout multiplier (4 / 6), seconds between full state exchanges
+    #: (30 / 60; partitions heal at this pace). Tests shorten them to run in seconds.
+    probe_interval: float = 0.0
+    probe_timeout: float = 0.0
+    suspicion_mult: int = 0
+    push_pull_interval: float = 0.0
+
+    def swim_overrides(self) -> dict[str, float]:
+        """The SWIM timings set here (non-zero), for ``SwimConfig.profile(profile, **...)``."""
+        return {k: getattr(self, k) for k in SWIM_TIMINGS if getattr(self, k)}
+
+
+#: [membership] keys that override a SWIM profile's value when non-zero
+SWIM_TIMINGS = ("probe_interval", "probe_timeout", "suspicion_mult", "push_pull_interval")
 
 
 @dataclass
@@ -333,3 +349,11 @@ def validate(cfg: Config) -> None:
     _choice("membership.profile", m.profile, ("lan", "wan"))
     _positive("membership.gossip_interval", m.gossip_interval)
     _positive("membership.timeout", m.timeout)
+    for key in SWIM_TIMINGS:
+        _positive(f"membership.{key}", getattr(m, key), allow_zero=True)
+    from p2pnode.membership.swim.config import SwimConfig
+
+    try:
+        SwimConfig.profile(m.profile, **m.swim_overrides())
+    except ValueError as exc:  # e.g. a probe_timeout not below the probe_interval
+        raise ConfigError(f"membership: {exc} (with the {m.profile} profile's other timings)") from None

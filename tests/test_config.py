@@ -34,6 +34,8 @@ def test_example_config_is_valid_and_matches_defaults() -> None:
     ({"compression": {"publish": "mean-threshold:bogus=1"}}, "compression.publish"),
     ({"compression": {"gradient": "nosuch"}}, "compression.gradient"),
     ({"membership": {"protocol": "raft"}}, "membership.protocol"),
+    ({"membership": {"suspicion_mult": -1}}, "membership.suspicion_mult: must be >= 0"),
+    ({"membership": {"probe_timeout": 2.0}}, "probe_timeout must be shorter than probe_interval"),
 ])
 def test_bad_values_are_named(data: dict, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -74,3 +76,14 @@ def test_missing_config_file_and_bad_set(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["start", "--set", "training.lr"]) == 2
     err = capsys.readouterr().err
     assert "does not exist" in err and "SECTION.KEY=VALUE" in err
+
+
+def test_swim_timings_override_the_profile_and_zero_keeps_it() -> None:
+    from p2pnode.membership.swim import SwimConfig
+
+    m = Config.from_dict({"membership": {"profile": "wan", "probe_interval": 0.4, "probe_timeout": 0.1,
+                                         "push_pull_interval": 2}}).membership
+    swim = SwimConfig.profile(m.profile, **m.swim_overrides())
+    assert (swim.probe_interval, swim.probe_timeout, swim.push_pull_interval) == (0.4, 0.1, 2.0)
+    assert swim.suspicion_mult == SwimConfig.wan().suspicion_mult  # 0: the profile's
+    assert Config().membership.swim_overrides() == {}

@@ -99,7 +99,7 @@ class Node:
         if m.protocol == "swim":
             from p2pnode.membership.swim import SwimConfig, SwimMembership
 
-            swim_cfg = SwimConfig.wan() if m.profile == "wan" else SwimConfig.lan()
+            swim_cfg = SwimConfig.profile(m.profile, **m.swim_overrides())
             return SwimMembership(self.node_id, self.addr, self.client, swim_cfg, self.identity.incarnation,
                                   registry=self.metrics.registry, on_incarnation=self.identity.raise_to)
         return SimpleMembership(self.node_id, self.addr, self.client, self.identity.incarnation,
