@@ -1,4 +1,4 @@
-"""The trainer's pipe to its worker when the worker goes away mid-conversation.
+"""The supervisor's pipe to its worker when the worker goes away mid-conversation.
 
 Deliveries in flight when the worker dies (a crash, or a stop during shutdown) must end in a
 ConnectionError or a timeout that the exchange actor handles, never in an error from a pipe
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon_util import pid_alive
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.trainer import Trainer
+from p2pnode.daemon.supervisor import WorkerSupervisor
 
 pytestmark = pytest.mark.slow
 
@@ -36,56 +37,54 @@ def small_config(state_dir: str) -> Config:
 
 
 @contextlib.asynccontextmanager
-async def frozen_worker(state_dir: Path) -> AsyncIterator[tuple[Trainer, int]]:
-    """A running Trainer whose ready worker is frozen with SIGSTOP; yields it and the worker pid.
-    Afterwards the trainer is stopped (killing the worker if need be) and its actor awaited."""
-    trainer = Trainer(small_config(str(state_dir)), "t" * 16, NodeMetrics())
-    runner = asyncio.create_task(trainer.run())
+async def frozen_worker(state_dir: Path) -> AsyncIterator[tuple[WorkerSupervisor, int]]:
+    """A running supervisor whose ready worker is frozen with SIGSTOP; yields it and the worker
+    pid. Afterwards it is stopped (killing the worker if need be) and its actor awaited."""
+    sup = WorkerSupervisor(small_config(str(state_dir)), "t" * 16, NodeMetrics())
+    runner = asyncio.create_task(sup.run())
     try:
-        await asyncio.wait_for(trainer.ready.wait(), 60)
-        proc = trainer._proc
-        assert proc is not None and proc.pid is not None
-        os.kill(proc.pid, signal.SIGSTOP)
-        yield trainer, proc.pid
+        await asyncio.wait_for(sup.clock.ready.wait(), 60)
+        pid = sup.worker_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        yield sup, pid
     finally:
-        await trainer.stop(checkpoint=False)
+        await sup.stop(checkpoint=False)
         await asyncio.wait_for(runner, 20)
 
 
 @pytest.mark.timeout(90)
 async def test_deliveries_in_flight_when_the_worker_dies_fail_cleanly(tmp_path) -> None:
-    async with frozen_worker(tmp_path) as (trainer, pid):
+    async with frozen_worker(tmp_path) as (sup, pid):
         # Frozen, the worker reads nothing: the first write blocks in the pipe, the others
         # queue behind it, and none can be answered; then it dies under them.
         junk = os.urandom(PAYLOAD)
-        deliveries = [asyncio.create_task(trainer.deliver("peer", junk, timeout=20)) for _ in range(12)]
+        deliveries = [asyncio.create_task(sup.pipe.deliver("peer", junk, timeout=20)) for _ in range(12)]
         await asyncio.sleep(0.3)
         assert not any(d.done() for d in deliveries)
         os.kill(pid, signal.SIGKILL)
         results = await asyncio.gather(*deliveries, return_exceptions=True)
         assert all(isinstance(r, ConnectionError) for r in results), results
         # After the restart, deliveries work again.
-        while trainer._proc is None or trainer._proc.pid == pid or not trainer.state.worker_alive:
+        while sup.worker_pid == pid or not sup.state.worker_alive:
             await asyncio.sleep(0.1)
-        reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
+        reply = await sup.pipe.deliver("peer", b"not msgpack", timeout=20)
         assert not reply.ok and reply.reason == "malformed"
-        assert trainer.state.worker_restarts == 1
+        assert sup.state.worker_restarts == 1
 
 
 @pytest.mark.timeout(90)
 async def test_stop_with_a_hung_worker_and_a_blocked_write_returns(tmp_path) -> None:
     """A frozen worker with a delivery stuck half-written in the pipe: stop() must still give
     up on its timeout and kill the worker, not wait behind the stuck write for ever."""
-    async with frozen_worker(tmp_path) as (trainer, pid):
-        proc = trainer._proc
-        assert proc is not None
-        stuck = asyncio.create_task(trainer.deliver("peer", os.urandom(PAYLOAD), timeout=600))
+    async with frozen_worker(tmp_path) as (sup, pid):
+        stuck = asyncio.create_task(sup.pipe.deliver("peer", os.urandom(PAYLOAD), timeout=600))
         await asyncio.sleep(0.3)
         assert not stuck.done()
         started = asyncio.get_running_loop().time()
-        await asyncio.wait_for(trainer.stop(checkpoint=True, timeout=2.0), 30)
+        await asyncio.wait_for(sup.stop(checkpoint=True, timeout=2.0), 30)
         assert asyncio.get_running_loop().time() - started < 10
-        assert not proc.is_alive()
+        assert not pid_alive(pid)
         with pytest.raises(ConnectionError):
             await asyncio.wait_for(stuck, 10)
 
@@ -94,14 +93,14 @@ async def test_stop_with_a_hung_worker_and_a_blocked_write_returns(tmp_path) -> 
 async def test_a_request_timing_out_mid_write_does_not_let_the_next_message_interleave(tmp_path) -> None:
     """A delivery whose timeout strikes while its bytes are still going into the pipe: the
     next message must wait for them, or the worker would read a corrupt stream."""
-    async with frozen_worker(tmp_path) as (trainer, pid):
-        timed_out = asyncio.create_task(trainer.deliver("peer", os.urandom(PAYLOAD), timeout=0.5))
+    async with frozen_worker(tmp_path) as (sup, pid):
+        timed_out = asyncio.create_task(sup.pipe.deliver("peer", os.urandom(PAYLOAD), timeout=0.5))
         await asyncio.sleep(1.0)  # its timeout has struck; its write is still stuck in the pipe
         assert not timed_out.done()
         os.kill(pid, signal.SIGCONT)
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(timed_out, 30)
         # The worker read the whole message and answers the next one: the stream is intact.
-        reply = await trainer.deliver("peer", b"not msgpack", timeout=20)
+        reply = await sup.pipe.deliver("peer", b"not msgpack", timeout=20)
         assert not reply.ok and reply.reason == "malformed"
-        assert trainer.state.worker_restarts == 0
+        assert sup.state.worker_restarts == 0

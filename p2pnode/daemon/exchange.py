@@ -24,7 +24,8 @@ from typing import Any
 
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.trainer import Trainer
+from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.daemon.state import StepClock
 from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
@@ -68,10 +69,11 @@ class ExchangeTotals:
 
 
 class Exchange:
-    def __init__(self, cfg: Config, trainer: Trainer, membership: Membership, client: PeerClient,
-                 metrics: NodeMetrics, node_id: str) -> None:
+    def __init__(self, cfg: Config, clock: StepClock, worker: WorkerPipe, membership: Membership,
+                 client: PeerClient, metrics: NodeMetrics, node_id: str) -> None:
         self.cfg = cfg
-        self.trainer = trainer
+        self.clock = clock  # paces the rounds; says when a new worker life began
+        self.worker = worker  # takes the fetched payloads
         self.membership = membership
         self.client = client
         self.metrics = metrics
@@ -92,15 +94,15 @@ class Exchange:
                 if self.peers.get(p.node_id) is None or self.peers[p.node_id].left_out_until <= now]
 
     async def run(self) -> None:
-        await self.trainer.ready.wait()
-        if self.trainer.state.resumed:
+        await self.clock.ready.wait()
+        if self.clock.resumed:
             self.bootstrap_pending = False
-        last = self.trainer.state.step
+        last = self.clock.step
         while True:
-            if self.trainer.state.done:
+            if self.clock.done:
                 await asyncio.sleep(1.0)  # training over: keep averaging, gently
             else:
-                last = await self.trainer.wait_step(after=last + self.cfg.exchange.every - 1)
+                last = await self.clock.wait_step(after=last + self.cfg.exchange.every - 1)
             peers = self.candidates()
             if not peers:
                 await asyncio.sleep(0.2)
@@ -112,7 +114,7 @@ class Exchange:
     def follow_worker(self) -> None:
         """A new worker life holds no replicas: forget every version, so the next fetch from
         each peer is a snapshot instead of a delta our worker could only refuse."""
-        epoch = self.trainer.state.epoch
+        epoch = self.clock.epoch
         if epoch == self.worker_epoch:
             return
         if self.worker_epoch:
@@ -153,7 +155,7 @@ class Exchange:
         self.totals.bytes_received += len(resp.body)
         self.metrics.bytes_received.inc(len(resp.body))
         try:
-            applied = await self.trainer.deliver(peer.node_id, resp.body, mode=ADOPT if adopt else AVERAGE)
+            applied = await self.worker.deliver(peer.node_id, resp.body, mode=ADOPT if adopt else AVERAGE)
         except (TimeoutError, ConnectionError) as exc:
             # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
             # a skip that does not count against it.

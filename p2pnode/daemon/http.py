@@ -21,7 +21,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.trainer import Trainer
+from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.daemon.state import ModelSource
 from p2pnode.net.client import MSGPACK
 from p2pnode.net.server import auth_middleware, error
 
@@ -41,10 +42,11 @@ def _nonneg_int(request: web.Request, key: str) -> int | None:
 
 
 class HttpApi:
-    def __init__(self, cfg: Config, trainer: Trainer, metrics: NodeMetrics,
+    def __init__(self, cfg: Config, model: ModelSource, worker: WorkerPipe, metrics: NodeMetrics,
                  status: Callable[[], dict[str, Any]], healthy: Callable[[], bool]) -> None:
         self.cfg = cfg
-        self.trainer = trainer
+        self.model = model  # what GET /v1/model serves
+        self.worker = worker  # where POST /v1/model payloads go
         self.metrics = metrics
         self.status = status
         self.healthy = healthy
@@ -69,21 +71,21 @@ class HttpApi:
             self.metrics.rejected.labels("bad-request").inc()
             raise
         epoch = request.query.get("epoch") or None
-        publisher = self.trainer.publisher
-        if publisher is None:
+        served = self.model.served
+        if served is None:
             return error(503, "model not ready")
-        result = publisher.serve_now(since, epoch)  # 304 or newest delta: no thread hop
+        result = served.serve_now(since, epoch)  # 304 or newest delta: no thread hop
         hold = self.cfg.http.not_modified_hold
         if result is not None and result.status == 304 and hold > 0:
             # Nothing new: hold the answer until the next publish (or ``hold`` seconds), so a
             # peer polling flat out costs one request per publish, not thousands a second.
-            await self.trainer.wait_published(result.version, publisher.epoch, hold)
-            publisher = self.trainer.publisher
-            if publisher is None:
+            await self.model.wait_published(result.version, served.epoch, hold)
+            served = self.model.served
+            if served is None:
                 return error(503, "model not ready")
-            result = publisher.serve_now(since, epoch)
+            result = served.serve_now(since, epoch)
         if result is None:
-            result = await asyncio.to_thread(publisher.serve, since, epoch)
+            result = await asyncio.to_thread(served.serve, since, epoch)
         if result.status == 503:
             return error(503, "nothing published yet")
         headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind}
@@ -108,10 +110,10 @@ class HttpApi:
         except web.HTTPRequestEntityTooLarge:
             self.metrics.rejected.labels("too-large").inc()
             return error(413, f"body over {limit} bytes")
-        if self.trainer.publisher is None:
+        if self.model.served is None:
             return error(503, "model not ready")
         try:
-            applied = await self.trainer.deliver(peer, body)
+            applied = await self.worker.deliver(peer, body)
         except (TimeoutError, ConnectionError, OSError):
             return error(503, "the training worker did not take the payload")
         if not applied.ok:

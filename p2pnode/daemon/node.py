@@ -1,6 +1,6 @@
 """The supervisor: builds a node's actors, runs them in one TaskGroup, shuts them down in order.
 
-Actors: HTTP server, membership, trainer (worker supervisor), exchange, checkpointer, systemd
+Actors: HTTP server, membership, worker supervisor, exchange, checkpointer, systemd
 watchdog. Membership, exchange and checkpointer are restarted with a back-off if they crash;
 a worker that cannot train at all stops the node with exit code 1. SIGTERM/SIGINT: stop
 accepting requests, tell peers we leave, write a final checkpoint, exit 0 — within 10 s.
@@ -27,7 +27,7 @@ from p2pnode.daemon import dashboard, identity, notify
 from p2pnode.daemon.exchange import Exchange
 from p2pnode.daemon.http import HttpApi
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.trainer import Trainer, WorkerFailed
+from p2pnode.daemon.supervisor import WorkerFailed, WorkerSupervisor
 from p2pnode.membership.base import JoinError, Membership, MemberState
 from p2pnode.membership.simple import SimpleMembership
 from p2pnode.net.client import PeerClient
@@ -73,7 +73,7 @@ class Node:
         self.metrics = NodeMetrics()
         self.secret = _secret(cfg)
         self.client = PeerClient(self.secret, _client_ssl(cfg), cfg.http.max_payload_bytes, f"p2pnode/{__version__}")
-        self.trainer = Trainer(cfg, self.node_id, self.metrics)
+        self.supervisor = WorkerSupervisor(cfg, self.node_id, self.metrics)
         self.started = time.monotonic()
         self.stop_event = asyncio.Event()
         self.addr = ""
@@ -127,7 +127,8 @@ class Node:
                        "shard": self.cfg.training.shard, "averaging": self.cfg.exchange.averaging,
                        "gradient": self.cfg.compression.gradient, "publish": self.cfg.compression.publish,
                        "membership": self.cfg.membership.protocol},
-            "training": self.trainer.state.to_json(),
+            "training": self.supervisor.state.to_json(),
+            "served_model": self.supervisor.model.status(),
             "exchanges": ex["totals"],
             "bootstrapped_from": ex["bootstrapped_from"],
             "peers": ex["peers"],
@@ -158,9 +159,9 @@ class Node:
         interval = self.cfg.checkpoint.interval
         while True:
             await asyncio.sleep(interval if interval > 0 else 3600)
-            if interval > 0 and self.trainer.state.worker_alive:
+            if interval > 0 and self.supervisor.state.worker_alive:
                 try:
-                    await self.trainer.checkpoint()
+                    await self.supervisor.pipe.checkpoint()
                 except (TimeoutError, ConnectionError, OSError) as exc:
                     log.warning("periodic checkpoint did not complete: %r", exc)
             if self.membership is not None:
@@ -178,7 +179,7 @@ class Node:
 
     async def _join(self) -> None:
         assert self.membership is not None
-        await self.trainer.ready.wait()  # join once we can serve our model, not before
+        await self.supervisor.clock.ready.wait()  # join once we can serve our model, not before
         seeds = list(dict.fromkeys(self.cfg.node.seeds + self._remembered_members()))
         seeds = [s for s in seeds if s != self.addr]
         if seeds:
@@ -205,7 +206,7 @@ class Node:
                 await self.membership.leave()
         except TimeoutError:
             log.warning("leave announcement did not finish in 2 s")
-        await self.trainer.stop(checkpoint=True, timeout=5.0 - (time.monotonic() - started))
+        await self.supervisor.stop(checkpoint=True, timeout=5.0 - (time.monotonic() - started))
         raise ShutdownRequested
 
     # --- life -------------------------------------------------------------------------------
@@ -218,9 +219,11 @@ class Node:
         bound_host, bound_port = sock.getsockname()[:2]
         self.addr = self.cfg.node.advertise or f"{bound_host}:{bound_port}"
         self.membership = self._build_membership()
-        self.exchange = Exchange(self.cfg, self.trainer, self.membership, self.client, self.metrics, self.node_id)
-        self.api = HttpApi(self.cfg, self.trainer, self.metrics, self.status,
-                           lambda: self.trainer.state.worker_alive)
+        sup = self.supervisor
+        self.exchange = Exchange(self.cfg, sup.clock, sup.pipe, self.membership, self.client, self.metrics,
+                                 self.node_id)
+        self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
+                           lambda: sup.state.worker_alive)
         app = self.api.build_app(self.secret)
         self.membership.add_routes(app)
         dashboard.install(app, self)  # GET /, /v1/history, /v1/cluster; its history sampler runs with the app
@@ -231,7 +234,7 @@ class Node:
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self.trainer.run(), name="trainer")
+                tg.create_task(self.supervisor.run(), name="worker-supervisor")
                 tg.create_task(self._stopper(), name="stopper")
                 tg.create_task(self._join(), name="join")
                 tg.create_task(self._supervised("membership", self.membership.run), name="membership")
@@ -248,7 +251,7 @@ class Node:
             log.error("%s", eg.exceptions[0])
             code = 1
         finally:
-            await self.trainer.stop(checkpoint=False, timeout=1.0)
+            await self.supervisor.stop(checkpoint=False, timeout=1.0)
             await runner.cleanup()
             await self.client.close()
         return code

@@ -1,0 +1,213 @@
+"""The worker supervisor actor: starts the training worker, restarts it, stops it.
+
+It owns the worker process and routes what the worker says to where it belongs: training
+figures to :class:`~p2pnode.daemon.state.TrainingState` (and the :class:`StepClock` reading
+them), published deltas and hello snapshots to the :class:`ModelSource`, answers to the pipe
+client. A worker that dies is restarted from the last checkpoint with a back-off; one that
+reports it cannot work at all (missing data, a checkpoint of another model) stops the node.
+
+Which worker runs is ``worker`` (:data:`WORKERS`). Any worker speaks ``p2pnode/pipe_protocol.py``
+over the same pipe, so the daemon cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import multiprocessing as mp
+import os
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from p2pnode.config import Config
+from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.daemon.state import ModelSource, StepClock, TrainingState
+from p2pnode.pipe_protocol import (
+    Applied,
+    Checkpointed,
+    Evaluated,
+    Failed,
+    Hello,
+    Message,
+    Progress,
+    Published,
+    Stop,
+)
+from p2pnode.wire.codec import ModelSpec, Snapshot, decode
+from p2pnode.wire.served import ServedModel
+
+log = logging.getLogger("p2pnode.supervisor")
+
+#: ``training.worker`` -> the module whose ``run(conn, cfg_dict, node_id)`` is the worker process
+WORKERS = {"torch": "p2pnode.worker.main"}
+
+WORKER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
+
+
+class WorkerFailed(RuntimeError):
+    """The worker cannot train at all; restarting would not help."""
+
+
+def run_worker(module: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
+    """Entry point of the spawned process: import the worker there, not in the daemon (the
+    torch worker's import alone costs the daemon ~200 MB and seconds of start-up)."""
+    importlib.import_module(module).run(conn, cfg_dict, node_id)
+
+
+class WorkerSupervisor:
+    def __init__(self, cfg: Config, node_id: str, metrics: NodeMetrics, worker: str = "torch") -> None:
+        self.cfg = cfg
+        self.worker_module = WORKERS[worker]
+        self.node_id = node_id
+        self.metrics = metrics
+        self.state = TrainingState()
+        self.clock = StepClock(self.state)
+        self.model = ModelSource()
+        self.pipe = WorkerPipe(metrics)
+        self._proc: mp.process.BaseProcess | None = None
+        self._stopping = False
+        self._consuming = False  # run() is reading the worker's messages
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The current worker process (alive or not yet reaped), None before the first start."""
+        return self._proc.pid if self._proc is not None else None
+
+    # --- the actor ------------------------------------------------------------------------
+
+    def _start_worker(self) -> None:
+        # glibc's default malloc returns the big per-step tensor buffers to the kernel and
+        # faults them back in on the next step: thousands of page faults a step, 5-8 ms of a
+        # ~19 ms step on the small CNN (scripts/bench_overhead.py). Keeping them mapped costs
+        # nothing; the variables are read when the spawned interpreter starts.
+        for key, value in WORKER_MALLOC_ENV.items():
+            os.environ.setdefault(key, value)
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        self._proc = ctx.Process(target=run_worker, args=(self.worker_module, child, self.cfg.to_dict(), self.node_id),
+                                 name="p2pnode-worker", daemon=True)
+        self._proc.start()
+        child.close()
+        self.pipe.attach(parent)
+
+    async def run(self) -> None:
+        backoff = 1.0
+        while True:
+            self._start_worker()
+            started = time.monotonic()
+            self._consuming = True
+            try:
+                while (msg := await self.pipe.receive()) is not None:
+                    await self._dispatch(msg)
+            finally:
+                self._consuming = False
+                self.state.worker_alive = False
+                self.pipe.fail_pending(ConnectionError("worker exited"))
+            proc = self._proc
+            assert proc is not None
+            await asyncio.to_thread(proc.join, 5.0)
+            if proc.is_alive():  # closed its pipe but did not exit: it will not be back
+                proc.kill()
+                await asyncio.to_thread(proc.join, 2.0)
+            await self.pipe.detach()
+            if self._stopping:
+                return
+            log.error("training worker exited (code %s); restarting from the last checkpoint", proc.exitcode)
+            self.state.worker_restarts += 1
+            self.metrics.worker_restarts.inc()
+            backoff = 1.0 if time.monotonic() - started > 60 else min(30.0, backoff * 2)
+            await asyncio.sleep(backoff)
+
+    async def _dispatch(self, msg: Message) -> None:
+        s = self.state
+        if isinstance(msg, Progress):
+            self.metrics.steps.inc(max(0, msg.step - s.step))
+            self.metrics.samples.inc(max(0, msg.samples - s.samples))
+            self.metrics.loss.set(msg.loss)
+            now = time.monotonic()
+            if s.first_step_at is None:
+                s.first_step_at = now
+            if msg.done and s.done_at is None:
+                s.done_at = now
+            s.step, s.samples, s.loss, s.done, s.lr = msg.step, msg.samples, msg.loss, msg.done, msg.lr
+            await self.clock.tick()
+        elif isinstance(msg, Published):
+            await self._on_published(msg)
+        elif isinstance(msg, Hello):
+            await self._on_hello(msg)
+        elif isinstance(msg, Evaluated):
+            s.accuracy, s.test_loss, s.eval_step, s.eval_samples = msg.accuracy, msg.loss, msg.step, msg.samples
+            self.metrics.accuracy.set(msg.accuracy)
+            log.info("step %d: test accuracy %.4f on %d images", msg.step, msg.accuracy, msg.samples)
+        elif isinstance(msg, Checkpointed):
+            if msg.ok:
+                s.last_checkpoint_step, s.last_checkpoint_at = msg.step, time.time()
+                self.metrics.checkpoints.inc()
+            else:
+                log.error("checkpoint failed: %s", msg.detail)
+                self.metrics.checkpoint_failures.inc()
+            self.pipe.answer(msg)
+        elif isinstance(msg, Applied):
+            self.pipe.answer(msg)
+        elif isinstance(msg, Failed):
+            raise WorkerFailed(msg.detail)
+
+    async def _on_published(self, msg: Published) -> None:
+        served = self.model.served
+        assert served is not None  # a worker says hello before it publishes
+        try:
+            await asyncio.to_thread(served.publish, msg.delta)
+        except ValueError as exc:  # PayloadError: our mirror of x_hat and the worker's disagree
+            # Should not happen; if it does, a restarted worker says hello with a fresh
+            # snapshot and a new epoch, and peers resynchronise from that.
+            log.error("worker published a delta that does not fit (%s); restarting it", exc)
+            if self._proc is not None:
+                self._proc.kill()
+            return
+        self.state.published_version = msg.version
+        self.metrics.published_version.set(msg.version)
+        self.metrics.published_bytes.inc(len(msg.delta))
+        self.model.changed()
+
+    async def _on_hello(self, msg: Hello) -> None:
+        s = self.state
+        snap = await asyncio.to_thread(decode, msg.snapshot, None, len(msg.snapshot))
+        assert isinstance(snap, Snapshot)
+        spec = ModelSpec(snap.header.fingerprint, list(snap.header.specs))
+        served = ServedModel(spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size)
+        await asyncio.to_thread(served.reset, msg.snapshot)
+        self.model.served = served
+        self.model.changed()
+        s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
+        s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
+        self.metrics.published_version.set(msg.version)
+        await self.clock.tick()  # a new life: the exchange forgets its replica versions
+        log.info("worker ready: %d parameters, step %d%s, public version %d, epoch %s", msg.params, msg.step,
+                 " (resumed from checkpoint)" if msg.resumed else "", msg.version, msg.epoch)
+        self.clock.ready.set()
+
+    async def stop(self, checkpoint: bool = True, timeout: float = 6.0) -> None:
+        """Ask the worker to write a final checkpoint and exit; kill it if it does not."""
+        self._stopping = True
+        proc = self._proc
+        if proc is None:
+            return
+        grace = 2.0  # for the worker's exit after its reply
+        if self.pipe.attached and proc.is_alive():
+            try:
+                stop = Stop(checkpoint=checkpoint, token=self.pipe.token())
+                if self._consuming:
+                    await self.pipe.request(stop, timeout)
+                else:  # run() was cancelled: nobody reads the reply, the worker's exit is the answer
+                    await asyncio.wait_for(self.pipe.send(stop), timeout)
+                    grace = timeout
+            except (TimeoutError, ConnectionError) as exc:
+                log.warning("worker did not stop cleanly (%r)%s", exc,
+                            "; the final checkpoint was not written" if checkpoint else "")
+        await asyncio.to_thread(proc.join, grace)
+        if proc.is_alive():
+            proc.kill()
+            await asyncio.to_thread(proc.join, 2.0)
