@@ -2,6 +2,9 @@
 
 A crash at any instant leaves either the previous checkpoint or the new one, never a torn
 file. Loading uses ``weights_only=True``: a checkpoint is data, never code.
+
+torch is imported only where a checkpoint is saved or loaded (in the worker): the daemon writes
+its small files with :func:`write_atomic` and never pays torch's import for it.
 """
 
 from __future__ import annotations
@@ -9,8 +12,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
-
-import torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -40,6 +41,8 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
+    import torch
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
@@ -58,6 +61,8 @@ def load(path: Path) -> dict[str, Any] | None:
     """The checkpoint at ``path``, or None if there is none; CheckpointError if unreadable."""
     if not path.exists():
         return None
+    import torch
+
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a corrupt or foreign file

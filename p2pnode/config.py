@@ -87,6 +87,9 @@ class TrainingConfig:
     seed: int = 0
     #: size of the "synthetic" training set (its test set is a quarter of it)
     synthetic_samples: int = 4096
+    #: "torch" (the trainer) or "stub" (numpy only, no learning: for tests of membership,
+    #: auth, TLS and lifecycle that need real nodes but no training; p2pnode/worker/stub.py)
+    worker: str = "torch"
 
 
 @dataclass
@@ -299,6 +302,7 @@ def validate(cfg: Config) -> None:
     _choice("node.log_level", n.log_level, ("debug", "info", "warning", "error"))
     _choice("training.model", t.model, tuple(MODEL_INPUTS))
     _choice("training.data", t.data, ("fashion-mnist", "cifar10", "synthetic"))
+    _choice("training.worker", t.worker, ("torch", "stub"))
     if t.data == "cifar10" and not t.data_dir:
         raise ConfigError("training.data_dir: required for cifar10 (the folder holding cifar-10-batches-py)")
     want_channels = 1 if t.data in ("fashion-mnist", "synthetic") else 3

@@ -6,21 +6,21 @@ them), published deltas and hello snapshots to the :class:`ModelSource`, answers
 client. A worker that dies is restarted from the last checkpoint with a back-off; one that
 reports it cannot work at all (missing data, a checkpoint of another model) stops the node.
 
-Which worker runs is ``worker`` (:data:`WORKERS`). Any worker speaks ``p2pnode/pipe_protocol.py``
-over the same pipe, so the daemon cannot tell them apart.
+Which worker runs is ``training.worker`` (``p2pnode.worker.IMPLEMENTATIONS``): the torch
+trainer, or a numpy stand-in for tests that need real nodes but no training. Both speak
+``p2pnode/pipe_protocol.py`` over the same pipe, so the daemon cannot tell them apart; the
+daemon only names the implementation, which is imported in the spawned process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import multiprocessing as mp
 import os
 import time
-from multiprocessing.connection import Connection
-from typing import Any
 
+from p2pnode import worker as worker_process
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
@@ -41,9 +41,6 @@ from p2pnode.wire.served import ServedModel
 
 log = logging.getLogger("p2pnode.supervisor")
 
-#: ``training.worker`` -> the module whose ``run(conn, cfg_dict, node_id)`` is the worker process
-WORKERS = {"torch": "p2pnode.worker.main"}
-
 WORKER_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 
 
@@ -51,16 +48,9 @@ class WorkerFailed(RuntimeError):
     """The worker cannot train at all; restarting would not help."""
 
 
-def run_worker(module: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
-    """Entry point of the spawned process: import the worker there, not in the daemon (the
-    torch worker's import alone costs the daemon ~200 MB and seconds of start-up)."""
-    importlib.import_module(module).run(conn, cfg_dict, node_id)
-
-
 class WorkerSupervisor:
-    def __init__(self, cfg: Config, node_id: str, metrics: NodeMetrics, worker: str = "torch") -> None:
+    def __init__(self, cfg: Config, node_id: str, metrics: NodeMetrics) -> None:
         self.cfg = cfg
-        self.worker_module = WORKERS[worker]
         self.node_id = node_id
         self.metrics = metrics
         self.state = TrainingState()
@@ -87,7 +77,8 @@ class WorkerSupervisor:
             os.environ.setdefault(key, value)
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
-        self._proc = ctx.Process(target=run_worker, args=(self.worker_module, child, self.cfg.to_dict(), self.node_id),
+        self._proc = ctx.Process(target=worker_process.run,
+                                 args=(self.cfg.training.worker, child, self.cfg.to_dict(), self.node_id),
                                  name="p2pnode-worker", daemon=True)
         self._proc.start()
         child.close()

@@ -5,9 +5,10 @@ A replica is bit-equal to the peer's x̂ at ``(epoch, version)``: a snapshot rep
 a "set" (merged) delta writes the peer's current values. Everything is checked before
 anything is written, so a payload that is refused leaves the replica as it was.
 
-Tensors are torch float32, flat, sharing memory with numpy arrays (the update arithmetic is
-numpy's, identical to the publisher's); the worker views them in its model's shapes to average
-them in. Treat them as read-only: writing to them breaks bit-equality.
+A replica's values are flat float32 numpy arrays (``arrays``; the update arithmetic is numpy's,
+identical to the publisher's); ``tensors`` gives torch views of the same memory, which the
+worker reshapes to its model's shapes to average them in. torch is imported only for those
+views, so a torch-free process (the stub worker) keeps replicas too. Treat both as read-only: writing to them breaks bit-equality.
 Not thread-safe: one owner (the worker's exchange loop).
 """
 
@@ -15,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from p2pnode.wire.codec import (
     DEFAULT_MAX_BYTES,
@@ -30,6 +31,10 @@ from p2pnode.wire.codec import (
     decode,
     encode,
 )
+
+
+if TYPE_CHECKING:
+    import torch
 
 
 class ReplicaGap(PayloadError):
@@ -47,8 +52,14 @@ class Replica:
         self.version = -1
         self.step = 0
         self.loss = math.nan
-        self._arrays: dict[str, np.ndarray] = {}
-        self.tensors: dict[str, torch.Tensor] = {}  # flat float32, share memory with _arrays
+        self.arrays: dict[str, np.ndarray] = {}  # flat float32, one per tensor of the spec
+
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Torch views of :attr:`arrays` (no copy)."""
+        import torch
+
+        return {k: torch.from_numpy(a) for k, a in self.arrays.items()}
 
     @property
     def ready(self) -> bool:
@@ -81,14 +92,13 @@ class Replica:
         if isinstance(payload, Snapshot):
             arrays = {s.name: np.array(payload.tensors[s.name], dtype=np.float32, copy=True)
                       for s in self.spec.tensors}
-            self._arrays = arrays
-            self.tensors = {k: torch.from_numpy(a) for k, a in arrays.items()}
+            self.arrays = arrays
         else:
             for name, (idx, vals) in payload.entries.items():
                 if h.op == "set":
-                    self._arrays[name][idx] = vals
+                    self.arrays[name][idx] = vals
                 else:
-                    self._arrays[name][idx] += vals  # unique indices: one float32 add each
+                    self.arrays[name][idx] += vals  # unique indices: one float32 add each
         self.epoch, self.version, self.step, self.loss = h.epoch, h.version, h.step, h.loss
 
 

@@ -1,1 +1,22 @@
-"""The training worker: a spawned subprocess that owns the model and does all tensor math."""
+"""The training worker: a spawned subprocess that owns the model and does all tensor math.
+
+Two implementations speak the same pipe protocol (``p2pnode/pipe_protocol.py``), chosen by
+``training.worker``: ``"torch"`` (``main.py``, the real trainer) and ``"stub"`` (``stub.py``,
+numpy only, for tests of membership, auth, TLS and lifecycle that need a real node but no
+training). This module imports neither: the daemon names the implementation and the spawned
+process imports it (:func:`run`), so the daemon never pays for torch on the worker's behalf.
+"""
+
+from __future__ import annotations
+
+import importlib
+from multiprocessing.connection import Connection
+from typing import Any
+
+#: ``training.worker`` -> the module whose ``run(conn, cfg_dict, node_id)`` is the worker
+IMPLEMENTATIONS = {"torch": "p2pnode.worker.main", "stub": "p2pnode.worker.stub"}
+
+
+def run(implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
+    """Entry point of the spawned process: import the chosen worker there and run it."""
+    importlib.import_module(IMPLEMENTATIONS[implementation]).run(conn, cfg_dict, node_id)

@@ -1,0 +1,233 @@
+"""A torch-free stand-in for the training worker (``training.worker = "stub"``).
+
+For tests that need real nodes but no learning (membership, auth, TLS, lifecycle): it starts
+in a fraction of a second and idles between steps instead of filling a core. Everything the
+daemon sees is real: the same pipe protocol, a real public model (two small float32 tensors)
+published as sparse deltas through the real codec, peers' payloads applied to real replicas
+and averaged in, checkpoints written atomically and resumed after a restart. What is not real
+is the training: a step moves the model a little towards this shard's fixed target, the loss is
+the squared distance to it, and "accuracy" is 1 / (1 + loss). It always averages by the mean.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from p2pnode.checkpoint import write_atomic
+from p2pnode.config import Config, merge, parse_shard
+from p2pnode.pipe_protocol import (
+    ADOPT,
+    Applied,
+    Checkpoint,
+    Checkpointed,
+    Evaluated,
+    Failed,
+    Hello,
+    Message,
+    PeerPayload,
+    Progress,
+    Published,
+    Stop,
+    decode,
+    encode,
+)
+from p2pnode.wire.codec import (
+    ArchitectureMismatch,
+    Delta,
+    ModelSpec,
+    NonFiniteError,
+    PayloadError,
+    Snapshot,
+    TensorSpec,
+)
+from p2pnode.wire.codec import encode as encode_payload
+from p2pnode.wire.replica import ReplicaCache, ReplicaGap
+
+log = logging.getLogger("p2pnode.worker")
+
+SPEC = ModelSpec("stub-1", [TensorSpec("layer.weight", (32, 16)), TensorSpec("layer.bias", (32,))])
+CHECKPOINT_NAME = "checkpoint.stub"
+STEP_SECONDS = 0.02  # idle between steps: about 50 steps a second, next to no CPU
+RATE = 0.02  # how far one step moves towards the target
+DENSITY = 0.25  # share of each tensor's entries one publish sends
+
+
+class StubWorker:
+    def __init__(self, conn: Connection, cfg: Config, node_id: str) -> None:
+        self.conn, self.cfg, self.node_id = conn, cfg, node_id
+        t = cfg.training
+        shard, _ = parse_shard(t.shard)
+        init, own = np.random.default_rng(t.seed), np.random.default_rng(t.seed * 1000 + shard + 1)
+        # Same start on every node (as the real worker), a different target per shard.
+        self.x = {s.name: (init.standard_normal(s.numel) * 0.1).astype(np.float32) for s in SPEC.tensors}
+        self.target = {s.name: own.standard_normal(s.numel).astype(np.float32) for s in SPEC.tensors}
+        self.step = self.samples = self.version = 0
+        self.ckpt_path = Path(cfg.node.state_dir) / CHECKPOINT_NAME
+        self.resumed = self._load()
+        self.xhat = {k: v.copy() for k, v in self.x.items()}
+        self.epoch = secrets.token_hex(6)
+        self.replicas = ReplicaCache(cfg.exchange.max_replicas)
+        self.running = True
+        self.dirty = False
+
+    # --- state ------------------------------------------------------------------------------
+
+    def _load(self) -> bool:
+        try:
+            raw = self.ckpt_path.read_bytes()
+        except FileNotFoundError:
+            return False
+        try:
+            state = msgpack.unpackb(raw, raw=False)
+            x = {s.name: np.frombuffer(state["x"][s.name], np.float32, count=s.numel).copy() for s in SPEC.tensors}
+            step, samples, version = int(state["step"]), int(state["samples"]), int(state["version"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"checkpoint {self.ckpt_path} is not a stub worker checkpoint ({exc!r}); "
+                             "move it away to start from scratch") from exc
+        self.x, self.step, self.samples, self.version = x, step, samples, version
+        return True
+
+    def _save(self) -> None:
+        state = {"step": self.step, "samples": self.samples, "version": self.version,
+                 "x": {k: v.tobytes() for k, v in self.x.items()}}
+        write_atomic(self.ckpt_path, msgpack.packb(state, use_bin_type=True))
+
+    @property
+    def loss(self) -> float:
+        return float(np.mean([np.mean((self.x[k] - self.target[k]) ** 2) for k in self.x]))
+
+    @property
+    def done(self) -> bool:
+        limit = self.cfg.training.max_samples
+        return bool(limit) and self.samples >= limit
+
+    # --- messages ---------------------------------------------------------------------------
+
+    def send(self, msg: Message) -> None:
+        self.conn.send_bytes(encode(msg))
+
+    def _payload(self, kind: str, base: int, entries: dict[str, tuple[np.ndarray, np.ndarray]] | None) -> bytes:
+        header = SPEC.header(kind, self.node_id, self.epoch, self.version, base_version=base, step=self.step,
+                             loss=self.loss)
+        if entries is None:
+            return encode_payload(Snapshot(header, {k: v.copy() for k, v in self.xhat.items()}))
+        return encode_payload(Delta(header, entries))
+
+    def hello(self) -> None:
+        self.send(Hello(fingerprint=SPEC.fingerprint, epoch=self.epoch, version=self.version, step=self.step,
+                        samples=self.samples, snapshot=self._payload("snapshot", self.version, None),
+                        resumed=self.resumed, params=SPEC.numel))
+
+    def publish(self) -> None:
+        """q = top-k of x - x_hat per tensor; x_hat += q; send the encoded delta."""
+        entries = {}
+        for name, xhat in self.xhat.items():
+            diff = self.x[name] - xhat
+            k = max(1, int(diff.size * DENSITY))
+            idx = np.sort(np.argpartition(np.abs(diff), -k)[-k:]).astype(np.uint32)
+            values = diff[idx]
+            xhat[idx] += values
+            entries[name] = (idx, values)
+        self.version += 1
+        self.send(Published(version=self.version, delta=self._payload("delta", self.version - 1, entries)))
+
+    def on_peer(self, msg: PeerPayload) -> None:
+        try:
+            replica = self.replicas.apply(msg.peer, msg.data, SPEC, self.cfg.http.max_payload_bytes)
+        except PayloadError as exc:
+            reason = ("architecture" if isinstance(exc, ArchitectureMismatch) else
+                      "non-finite" if isinstance(exc, NonFiniteError) else
+                      "gap" if isinstance(exc, ReplicaGap) else "malformed")
+            self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=str(exc)[:300]))
+            return
+        weight = 1.0 if msg.mode == ADOPT else 0.5
+        for name, x in self.x.items():
+            x *= 1.0 - weight
+            x += weight * replica.arrays[name]
+        self.dirty = True
+        self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
+                          version=replica.version, weight=weight))
+
+    def checkpoint(self, token: int) -> None:
+        try:
+            self._save()
+            self.send(Checkpointed(token=token, step=self.step, path=str(self.ckpt_path)))
+        except OSError as exc:
+            self.send(Checkpointed(token=token, step=self.step, path=str(self.ckpt_path), ok=False, detail=str(exc)))
+
+    def handle(self, msg: Message) -> None:
+        if isinstance(msg, PeerPayload):
+            self.on_peer(msg)
+        elif isinstance(msg, Checkpoint):
+            self.checkpoint(msg.token)
+        elif isinstance(msg, Stop):
+            if msg.checkpoint:
+                self.checkpoint(msg.token)
+            else:
+                self.send(Checkpointed(token=msg.token, step=self.step, path="", ok=False, detail="not asked for"))
+            self.running = False
+
+    def evaluate(self) -> None:
+        loss = self.loss
+        self.send(Evaluated(step=self.step, accuracy=1.0 / (1.0 + loss), loss=loss,
+                            samples=self.cfg.training.eval_samples))
+
+    def train_step(self) -> None:
+        c = self.cfg
+        for name, x in self.x.items():
+            x += RATE * (self.target[name] - x)
+        self.step += 1
+        self.samples += c.training.batch_size
+        if self.step % c.compression.publish_every == 0:
+            self.publish()
+        self.send(Progress(step=self.step, samples=self.samples, loss=self.loss, done=self.done, lr=c.training.lr))
+        every = c.training.eval_every
+        if (every and self.step % every == 0) or self.done:
+            self.evaluate()
+
+    def loop(self) -> None:
+        next_step = time.monotonic()
+        last_idle_publish = 0.0
+        while self.running:
+            # Between steps, take everything that arrives; block only until the next step is due.
+            while self.running and self.conn.poll(max(0.0, next_step - time.monotonic())):
+                self.handle(decode(self.conn.recv_bytes()))
+            if not self.running:
+                break
+            next_step = time.monotonic() + STEP_SECONDS
+            if not self.done:
+                self.train_step()
+            elif self.dirty and time.monotonic() - last_idle_publish > 1.0:
+                last_idle_publish, self.dirty = time.monotonic(), False
+                self.publish()
+
+
+def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
+    """Entry point of the spawned process (see ``p2pnode.worker.run``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    cfg = Config()
+    merge(cfg, cfg_dict)  # validated by the daemon already; validation would import torch
+    logging.basicConfig(level=cfg.node.log_level.upper(), format="%(asctime)s stub-worker %(levelname)s %(message)s")
+    try:
+        worker = StubWorker(conn, cfg, node_id)
+    except ValueError as exc:
+        conn.send_bytes(encode(Failed(detail=str(exc))))
+        return
+    try:
+        worker.hello()
+        worker.loop()
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the daemon is gone
+    logging.shutdown()
+    os._exit(0)

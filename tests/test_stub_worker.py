@@ -1,0 +1,51 @@
+"""The worker seam: ``training.worker = "stub"`` runs real daemons with a numpy worker that
+speaks the same pipe protocol and publishes a real model through the real codec, so tests of
+membership, auth, TLS and lifecycle need no torch in the worker. This checks the stub is a
+faithful stand-in where those tests rely on it: peers exchange sparse deltas, a SIGKILLed
+worker is restarted from its checkpoint, and the worker process never loads torch."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from daemon_util import worker_pid
+from nodes import wait_for
+
+pytestmark = pytest.mark.slow
+
+STUB = ["--set", "training.worker=stub"]
+
+
+def loads_torch(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.timeout(90)
+def test_stub_worker_nodes_exchange_and_restart(cluster) -> None:
+    a = cluster("a", extra=STUB)
+    a.wait_ready()
+    b = cluster("b", seeds=[a.addr], extra=STUB)
+    ids = {n.name: n.wait_ready()["node_id"] for n in (a, b)}
+    for n, peer in ((a, "b"), (b, "a")):
+        wait_for(lambda n=n, peer=peer: (n.status()["peers"].get(ids[peer]) or {}).get("ok", 0) >= 5, 30,
+                 f"{n.name} to exchange with {peer}")
+    s = a.status()
+    assert s["exchanges"]["done"] >= 5 and s["bytes"]["model_received"] > 0 and s["bytes"]["model_served"] > 0
+    assert s["training"]["fingerprint"] == "stub-1" and s["training"]["accuracy"] is not None
+    assert s["bootstrapped_from"] is None and b.status()["bootstrapped_from"] == ids["a"]
+    pid = worker_pid(a.proc.pid)
+    assert not loads_torch(pid)
+
+    wait_for(lambda: (a.status()["training"]["last_checkpoint_step"] or 0) >= 10, 20, "a checkpoint")
+    ckpt_step = a.status()["training"]["last_checkpoint_step"]
+    os.kill(pid, signal.SIGKILL)
+    t = wait_for(lambda: (t := a.status()["training"])["worker_restarts"] == 1 and t["worker_alive"] and t, 30,
+                 "the worker to be restarted")
+    assert t["resumed"] and t["step"] >= ckpt_step, t
+    ok = a.status()["peers"][ids["b"]]["ok"]
+    wait_for(lambda: a.status()["peers"][ids["b"]]["ok"] >= ok + 3, 20, "exchanges to resume")
+    assert a.status()["peers"][ids["b"]]["failed"] == 0
