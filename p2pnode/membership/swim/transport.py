@@ -119,6 +119,22 @@ class Transport(abc.ABC):
         """Register inbound endpoints on an aiohttp app (transports that serve HTTP)."""
 
 
+async def read_at_most(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is known to exceed ``limit``: a declared length
+    is refused before reading, a chunked body while streaming, never read whole first."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    if request.content.at_eof():  # nothing left to stream: empty, or read already (signature check)
+        body = await request.read()
+        return body if len(body) <= limit else None
+    buf = bytearray()
+    async for chunk in request.content.iter_chunked(64 * 1024):
+        buf += chunk
+        if len(buf) > limit:
+            return None
+    return bytes(buf)
+
+
 class HttpTransport(Transport):
     """Membership over the daemon's HTTP server and shared keep-alive client.
 
@@ -146,9 +162,9 @@ class HttpTransport(Transport):
         limit = self.limit
 
         async def endpoint(request: web.Request) -> web.Response:
-            if request.content_length is not None and request.content_length > limit(msg_type):
+            body = await read_at_most(request, limit(msg_type))
+            if body is None:
                 return web.json_response({"error": f"message over {limit(msg_type)} bytes"}, status=413)
-            body = await request.read()
             try:
                 reply = await self.handle_bytes(msg_type, body, request.remote)
             except MessageError as exc:
