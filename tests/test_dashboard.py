@@ -102,7 +102,8 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
 
     async def good(request: web.Request) -> web.Response:
         peers = {"a": {"bytes_received": peer_state["bytes"]}}
-        return web.json_response(status_doc("b", peer_state["samples"], peers=peers))
+        # NaN, as Python's json writes it for a loss not known yet: not JSON, must not pass through
+        return web.json_response(status_doc("b", peer_state["samples"], peers=peers, loss=float("nan")))
 
     async def hangs(request: web.Request) -> web.Response:
         await asyncio.sleep(30)
@@ -127,6 +128,8 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
         assert list(rows)[:5] == ["a", "b", "d", "c", "e"]  # this node, then alive, suspect, dead, left
         assert len(first["nodes"]) == 8 and first["omitted"] == 7
         assert rows["a"]["self"] and rows["b"]["reachable"] and rows["b"]["step"] == 10
+        assert rows["b"]["loss"] is None and rows["a"]["loss"] == 0.5
+        json.dumps(first, allow_nan=False)
         assert "no answer within 0.3 s" in rows["c"]["error"] and not rows["c"]["reachable"]
         assert rows["d"]["error"] == "status is not JSON"
         assert rows["e"]["state"] == "dead" and rows["e"]["error"] is None  # not asked: known dead

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -47,8 +48,23 @@ class _Snapshot:
 
 
 def _num(value: Any) -> int | float | None:
-    """A number from a peer's document, as it came (ints stay ints); anything else is None."""
-    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number from a status document, as it came (ints stay ints); anything else,
+    NaN and infinities included (not JSON), is None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def member_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """This node's member table with its fetches from each: the dashboard's members panel."""
+    peers = status.get("peers") or {}
+    rows = []
+    for m in status.get("members") or []:
+        p = peers.get(m.get("node_id")) or {}
+        rows.append({"node_id": m.get("node_id"), "addr": m.get("addr"), "state": m.get("state"),
+                     "incarnation": m.get("incarnation"), "ok": _num(p.get("ok")), "failed": _num(p.get("failed")),
+                     "last_error": p.get("last_error") or None})
+    return rows
 
 
 def node_row(member: Member | None, status: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
@@ -174,5 +190,6 @@ class ClusterView:
                 recent = total - before if total >= before else total  # counters restart with a node
             edges.append({"src": src, "dst": dst, "bytes_total": total, "bytes_recent": recent})
         return {"self": self.node_id, "generated_at": round(time.time(), 3), "nodes": rows, "edges": edges,
+                "members": member_rows(own),
                 "window_s": round(now - base.at, 1) if base is not None else 0.0, "omitted": omitted,
                 "limits": {"max_nodes": self.limits.max_nodes, "timeout_s": self.limits.timeout}}

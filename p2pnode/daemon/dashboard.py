@@ -25,7 +25,9 @@ import asyncio
 import base64
 import hashlib
 import hmac
+import json
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
 from pathlib import Path
@@ -52,6 +54,22 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 #: paths a read-only token opens (GET and HEAD only)
 TOKEN_PATHS = frozenset({"/", "/v1/status", "/v1/history", "/v1/cluster"})
 COOKIE_LABEL = b"p2pnode dashboard cookie"
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with NaN and infinities replaced by None: JSON has no such numbers, and a browser's
+    ``response.json()`` refuses a document that carries one (Python's ``json`` writes them)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
+
+
+def json_response(obj: Any) -> web.Response:
+    return web.json_response(finite(obj), dumps=lambda o: json.dumps(o, allow_nan=False, default=str))
 
 
 class NodeLike(Protocol):
@@ -187,10 +205,10 @@ class Dashboard:
         raw = request.query.get("since", "0") or "0"
         if not raw.isdigit() or len(raw) > 18:
             return error(400, "since must be a non-negative integer")
-        return web.json_response(self.history.to_json(int(raw)))
+        return json_response(self.history.to_json(int(raw)))
 
     async def get_cluster(self, request: web.Request) -> web.StreamResponse:
-        return web.json_response(await self.cluster.get())
+        return json_response(await self.cluster.get())
 
 
 def install(app: web.Application, node: NodeLike) -> Dashboard:

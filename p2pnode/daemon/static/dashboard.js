@@ -103,16 +103,14 @@ function drawCluster(view) {
   document.getElementById("cluster-note").textContent = `(${note})`;
 }
 
-function drawMembers(status) {
-  const peers = status.peers || {};
+function drawMembers(view) {
   const body = document.querySelector("#members tbody");
-  const rank = (m) => (m.node_id === status.node_id ? "" : m.node_id);  // this node first
-  const members = [...status.members].sort((x, y) => rank(x).localeCompare(rank(y)));
+  const rank = (m) => (m.node_id === view.self ? "" : String(m.node_id));  // this node first
+  const members = [...view.members].sort((x, y) => rank(x).localeCompare(rank(y)));
   body.replaceChildren(...members.map((m) => {
-    const p = peers[m.node_id] || {};
-    const me = m.node_id === status.node_id;
+    const me = m.node_id === view.self;
     return row([shortId(m.node_id) + (me ? " (this)" : ""), m.addr, [m.state, `state-${m.state}`],
-      fmtNum(m.incarnation), me ? "" : fmtNum(p.ok ?? 0), me ? "" : fmtNum(p.failed ?? 0), p.last_error || ""],
+      fmtNum(m.incarnation), me ? "" : fmtNum(m.ok ?? 0), me ? "" : fmtNum(m.failed ?? 0), m.last_error || ""],
     me ? "self" : "");
   }));
 }
@@ -174,19 +172,19 @@ function problem(text) {
 
 async function poll() {
   try {
-    const [hist, status, view] = await Promise.all([
-      getJSON(`/v1/history?since=${lastSeq}`), getJSON("/v1/status"), getJSON("/v1/cluster")]);
+    const [hist, view] = await Promise.all([getJSON(`/v1/history?since=${lastSeq}`), getJSON("/v1/cluster")]);
+    const me = view.nodes.find((n) => n.self) || {};
     if (hist.last_seq < lastSeq) history.length = 0;  // the node restarted: its sequence began again
     capacity = hist.capacity || capacity;
     for (const p of hist.points) history.push(p);
     history.splice(0, Math.max(0, history.length - capacity));
     lastSeq = hist.last_seq;
-    document.getElementById("node-id").textContent = status.node_id;
-    document.getElementById("node-addr").textContent = status.addr;
+    document.getElementById("node-id").textContent = view.self;
+    document.getElementById("node-addr").textContent = me.addr || "";
     document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
-    document.title = `p2pnode ${shortId(status.node_id)}: step ${status.training.step}`;
+    document.title = `p2pnode ${shortId(view.self)}: step ${fmtNum(me.step)}`;
     drawCharts();
-    drawMembers(status);
+    drawMembers(view);
     drawCluster(view);
     drawGraph(view);
     problem(null);
