@@ -231,6 +231,9 @@ class Node:
         await runner.setup()
         await web.SockSite(runner, sock, ssl_context=_server_ssl(self.cfg), shutdown_timeout=1.0).start()
         log.info("node %s listening on %s (state in %s)", self.node_id, self.addr, self.state_dir)
+        if self.secret is None:
+            log.warning("no cluster secret: any host that reaches %s can talk to this node (requests are not "
+                        "authenticated); set node.secret_file (docs/OPERATIONS.md)", self.addr)
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
