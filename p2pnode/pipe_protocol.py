@@ -63,7 +63,9 @@ class Progress(Message):
     samples: int
     loss: float
     done: bool  # reached training.max_samples; the worker now only averages and serves
-    lr: float
+    lr: float  # the step size now (a divergence halves it for a while)
+    #: non-finite losses seen so far (each restored the model and halved the step size)
+    nonfinite: int = 0
 
 
 @dataclass

@@ -48,7 +48,7 @@ from p2pnode.wire.codec import (
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.averaging import average_into, peer_weight
 from p2pnode.worker.public import DeltaPublisher, floating_state
-from p2pnode.worker.training import ShardTrainer
+from p2pnode.worker.training import RECOVERY_STEPS, ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
 
@@ -146,7 +146,8 @@ class Worker:
             self.recover()
         if t.step % c.compression.publish_every == 0:
             self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
-        self.send(Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now()))
+        self.send(Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now(),
+                           nonfinite=t.nonfinite_steps))
         every = c.training.eval_every
         if every and t.step % every == 0:
             self.evaluate(c.training.eval_samples)
@@ -155,8 +156,11 @@ class Worker:
 
     def recover(self) -> None:
         """The model has diverged (non-finite loss): go back to our public copy x_hat, which the
-        wire guarantees finite and which is at most a few publishes old, and drop momentum."""
-        log.error("non-finite loss at step %d: restoring the model from its public copy", self.trainer.step)
+        wire guarantees finite and which is at most a few publishes old, drop momentum, and halve
+        the step size: restoring the same model into the same step would diverge again."""
+        scale = self.trainer.diverged()
+        log.error("non-finite loss at step %d: restored the model from its public copy; step size now "
+                  "%.4g x lr (doubled back after %d finite steps)", self.trainer.step, scale, RECOVERY_STEPS)
         with torch.no_grad():
             for name, tensor in floating_state(self.trainer.model).items():
                 tensor.copy_(self.public.xhat[name].view_as(tensor))

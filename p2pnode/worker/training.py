@@ -32,6 +32,11 @@ def load_splits(cfg: Config) -> tuple[datasets.Split, datasets.Split]:
     return datasets.shard(train, index, count, t.partition, t.partition_seed), test
 
 
+#: finite steps after which a step size halved by a divergence is doubled back
+RECOVERY_STEPS = 100
+MIN_LR_SCALE = 1.0 / 1024
+
+
 class ShardTrainer:
     """Model, optimizer, gradient compression and the shard, stepped one batch at a time."""
 
@@ -54,6 +59,11 @@ class ShardTrainer:
         self.samples = 0
         self.loss_ema = float("nan")
         self.nonfinite_steps = 0
+        #: step-size factor after a divergence: halved at each non-finite loss (so a recovery
+        #: does not put the same model back into the same step), doubled back every
+        #: RECOVERY_STEPS finite steps until it is 1 again
+        self.lr_scale = 1.0
+        self._finite_run = 0
         self._gen = torch.Generator().manual_seed(t.seed * 7919 + shard_index)
         self._order = torch.randperm(len(self.train_split), generator=self._gen)
         self._pos = 0
@@ -73,7 +83,13 @@ class ShardTrainer:
             lr = t.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
         if t.warmup_samples and self.samples < t.warmup_samples:
             lr *= (self.samples + t.batch_size) / (t.warmup_samples + t.batch_size)
-        return lr
+        return lr * self.lr_scale
+
+    def diverged(self) -> float:
+        """A non-finite loss was seen: halve the step size (down to 1/1024); returns the new factor."""
+        self.lr_scale = max(MIN_LR_SCALE, self.lr_scale * 0.5)
+        self._finite_run = 0
+        return self.lr_scale
 
     def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         bs = self.cfg.training.batch_size
@@ -107,6 +123,9 @@ class ShardTrainer:
                 param.grad.copy_(self.gradients.apply(name, param.grad))
         self.optimizer.step()
         self.loss_ema = value if math.isnan(self.loss_ema) else 0.95 * self.loss_ema + 0.05 * value
+        self._finite_run += 1
+        if self.lr_scale < 1.0 and self._finite_run >= RECOVERY_STEPS:
+            self.lr_scale, self._finite_run = min(1.0, self.lr_scale * 2), 0
         return value
 
     @torch.no_grad()
@@ -142,6 +161,8 @@ class ShardTrainer:
             "step": self.step,
             "samples": self.samples,
             "loss_ema": self.loss_ema,
+            "lr_scale": self.lr_scale,
+            "nonfinite_steps": self.nonfinite_steps,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -152,3 +173,6 @@ class ShardTrainer:
         self.step = int(state["step"])
         self.samples = int(state["samples"])
         self.loss_ema = float(state.get("loss_ema", float("nan")))
+        scale = float(state.get("lr_scale", 1.0))
+        self.lr_scale = scale if MIN_LR_SCALE <= scale <= 1.0 else 1.0
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
