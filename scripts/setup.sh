@@ -17,7 +17,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c
   # torch/torchvision: this kind of machine keeps wheels on disk that pip picks first.
   .venv/bin/python -m pip install -q "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, lz4, uvloop, prometheus_client"
+  .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, lz4, uvloop, prometheus_client, rich"
   touch "$stamp"
 fi
 
@@ -29,5 +29,20 @@ if [ "${P2PNODE_NEED_DATA:-0}" = 1 ] && [ ! -f /usr/share/datasets/fashion-mnist
   else
     echo "Fashion-MNIST is missing: run 'sudo apt-get install dataset-fashion-mnist'" >&2
     exit 1
+  fi
+fi
+
+# The browser and terminal tests (tests/test_dashboard_browser.py, tests/test_status_watch.py)
+# drive Debian's chromium (through the playwright client of the test extra: never
+# `playwright install`, which downloads a browser) and tmux. Installed where we can; the tests
+# skip, saying why, where they are missing.
+if [ "${P2PNODE_TEST_TOOLS:-0}" = 1 ] && { [ ! -x /usr/bin/chromium ] || ! command -v tmux >/dev/null; }; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    echo "== installing chromium and tmux (Debian packages) for the dashboard tests"
+    apt-get update -qq >/dev/null || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium tmux >/dev/null || \
+      echo "could not install chromium/tmux: their tests will be skipped" >&2
+  else
+    echo "chromium or tmux missing (apt-get install chromium tmux): their tests will be skipped" >&2
   fi
 fi

@@ -3,6 +3,6 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh -k cluster -x
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+P2PNODE_TEST_TOOLS=1 bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 exec .venv/bin/python -m pytest -p no:cacheprovider -q "$@"
