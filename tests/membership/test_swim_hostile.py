@@ -11,7 +11,7 @@ import asyncio
 
 from p2pnode.membership.base import MAX_INCARNATION, EventKind, MemberState
 from benchlib.swim_sim import SimCluster, SimNetwork, SimTransport, run_virtual
-from p2pnode.membership.swim import SwimMembership
+from p2pnode.membership.swim import SwimConfig, SwimMembership
 from p2pnode.membership.swim.messages import (Alive, Dead, Gossip, Left, Message, MessageError, Ping, PushPull,
                                               Record, Suspect, decode, encode)
 from p2pnode.membership.swim.transport import pack, unpack
@@ -182,6 +182,27 @@ def test_a_members_own_refutation_wins_over_a_false_left() -> None:
         # b's next message to the victim is answered with the claim; b refutes; the victim sees it
         took = await c.wait_for(lambda: all(o.member(b.node_id).state == A for o in (victim, peer)), 10)
         assert took is not None and b.incarnation == inc + 1
+        await c.close()
+
+    run_virtual(main)
+
+
+def test_the_seeds_reply_may_propose_more_than_a_strangers_share() -> None:
+    """The bounds for strangers do not slow a join: the reply of the seed we chose proposes the
+    whole cluster (bounded by max_unverified only), and the newcomer knows every member as soon
+    as each answered its ping, long before probes or push-pulls could have introduced them."""
+
+    async def main() -> None:
+        cfg = SwimConfig.lan(max_new_per_message=2, max_unverified_per_source=3)
+        c = SimCluster(config=cfg, seed=27)
+        nodes = await c.spawn(12)
+        assert await c.wait_for(c.converged, 30) is not None
+        newcomer = c.add()
+        c.start(newcomer)
+        await newcomer.join([nodes[5].addr])
+        assert len(newcomer.verifier) >= 10  # all but the seed, which the join itself verified
+        took = await c.wait_for(lambda: len(newcomer.alive_peers()) == 12, 5)
+        assert took is not None and took < 1
         await c.close()
 
     run_virtual(main)

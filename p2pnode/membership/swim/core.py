@@ -176,10 +176,11 @@ class SwimCore(Membership):
 
     # --- applying news ---------------------------------------------------------------------
 
-    def intake(self, sender: str, origin: str | None = None, new_limit: int | None = None) -> Intake:
-        """The context for one received message from ``sender`` (``origin``: its host, if known)."""
-        limit = self.config.max_new_per_message if new_limit is None else new_limit
-        return Intake(sender, origin or sender, self.is_member(sender), limit)
+    def intake(self, sender: str, origin: str | None = None, solicited: bool = False) -> Intake:
+        """The context for one received message from ``sender`` (``origin``: its host, if known;
+        ``solicited``: the reply to a push-pull we sent to an address we chose)."""
+        limit = self.config.max_unverified if solicited else self.config.max_new_per_message
+        return Intake(sender, origin or sender, self.is_member(sender), limit, solicited)
 
     def receive(self, updates: Iterable[Update], src: Intake) -> None:
         for u in updates:
@@ -195,7 +196,8 @@ class SwimCore(Membership):
             self.apply(u, origin)
         elif verdict == PROPOSE:
             assert isinstance(u, Alive)
-            why = self.verifier.offer(Candidate(u.node, u.incarnation, u.addr, src.source), self._now())
+            why = self.verifier.offer(Candidate(u.node, u.incarnation, u.addr, src.source), self._now(),
+                                      per_source=not src.solicited)
             if why is None:
                 src.new_left -= 1
                 self.metrics.unverified.set(len(self.verifier))

@@ -44,6 +44,9 @@ class Intake:
     source: str  # what per-source bounds count: the sender's host when known, else its id
     from_member: bool  # the sender is a member verified here (alive or suspect)
     new_left: int
+    #: a reply to our own request, to an address we chose (a seed, a member): its proposals
+    #: are bounded by the verifier's room, not by a per-source share
+    solicited: bool = False
 
 
 def judge(u: Update, src: Intake, table: MemberTable, config: SwimConfig,

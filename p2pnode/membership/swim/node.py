@@ -299,8 +299,7 @@ class SwimMembership(SwimCore):
             if m is None or m.addr != addr:
                 self.verifier.discard(reply.sender)
                 self.verified(Candidate(reply.sender, me_there.incarnation, addr, addr))
-        self.merge(reply.members, reply.sender,
-                   self.intake(reply.sender, new_limit=self.config.max_unverified))
+        self.merge(reply.members, reply.sender, self.intake(reply.sender, solicited=True))
         if self.local.incarnation != before and not join:
             # they held something against us: make sure our refutation reaches them at once
             alive = Alive(self.node_id, self.local.incarnation, self.addr)

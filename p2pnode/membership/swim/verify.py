@@ -65,8 +65,9 @@ class Verifier:
     def pending(self) -> list[Candidate]:
         return list(self._probing.values()) + list(self._queued.values())
 
-    def offer(self, c: Candidate, now: float) -> str | None:
-        """Queue ``c`` for its probe; None if queued, else why not (a metrics label)."""
+    def offer(self, c: Candidate, now: float, per_source: bool = True) -> str | None:
+        """Queue ``c`` for its probe; None if queued, else why not (a metrics label).
+        ``per_source=False`` for a reply we asked for: the global bound only."""
         if c.node in self or c.addr in self._addrs:
             return "duplicate"
         failed_at = self._failed.get(c.addr)
@@ -76,7 +77,7 @@ class Verifier:
             del self._failed[c.addr]
         if len(self) >= self.config.max_unverified:
             return "full"
-        if self._per_source[c.source] >= self.config.max_unverified_per_source:
+        if per_source and self._per_source[c.source] >= self.config.max_unverified_per_source:
             return "source_full"
         self._queued[c.node] = c
         self._addrs.add(c.addr)
