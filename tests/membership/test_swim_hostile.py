@@ -164,7 +164,13 @@ def test_dead_left_and_suspect_from_a_stranger_change_nothing() -> None:
         await send(c, victim, Gossip(peer.node_id, (Suspect(b.node_id, inc, "made-up-accuser"),)))
         assert victim.member(b.node_id).state == A and victim.member(peer.node_id).state == A
         assert events.empty()
-        assert value(victim, "p2pnode_membership_claims_refused_total", reason="stranger") == 6
+        # accusations of the victim itself from a stranger: nobody believes them, nothing to refute
+        own = victim.incarnation
+        await send(c, victim, Gossip("stranger", (Suspect(victim.node_id, own, "stranger"),
+                                                  Alive(victim.node_id, own, "elsewhere.sim:1"))))
+        await send(c, victim, Ping(1, victim.node_id, "elsewhere.sim:1", own, victim.node_id))  # in its own name
+        assert victim.incarnation == own
+        assert value(victim, "p2pnode_membership_claims_refused_total", reason="stranger") == 9
         await asyncio.sleep(5)
         assert c.converged()
         await c.close()

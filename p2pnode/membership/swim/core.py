@@ -189,7 +189,10 @@ class SwimCore(Membership):
     def accept(self, u: Update, src: Intake, origin: str = "gossip") -> None:
         """One update from the network, under the rules for strangers (intake.py)."""
         if u.node == self.node_id:
-            self._about_self(u, src)
+            if src.solicited or (src.sender != self.node_id and src.sender in self.table):
+                self._about_self(u, src)
+            else:  # nobody believes a stranger: nothing to refute, no incarnation to write
+                self._refuse("stranger", u, src)
             return
         verdict = judge(u, src, self.table, self.config, self.is_member)
         if verdict == APPLY:

@@ -16,6 +16,10 @@ another node, before anything changes:
 * an incarnation above ``MAX_INCARNATION``, or more than ``max_incarnation_jump`` above the
   one we know, is refused (only the node itself raises its incarnation, one step at a time).
 
+News about this node itself is refuted, not judged (core.py), and only when it comes from a
+node we know in any state (a dead one included: that is how partitions heal) or in the reply
+to our own push-pull: nobody else believes a stranger, so there is nothing to refute.
+
 A *member* is a node in our table, verified, alive or suspect. The sender of a message is what
 the message claims: these rules keep out strangers, not an impostor who copies a member's id
 (the cluster secret does; docs/MEMBERSHIP.md, "Hostile input").
