@@ -46,8 +46,11 @@ def test_history_rates_come_from_consecutive_samples() -> None:
     assert first.samples_per_s is None and first.bytes_in_per_s is None  # nothing to compare with yet
     p = h.sample(status_doc("a", 640, received=5000, sent=100, served=1900), now=102.0, wall=3.0)
     assert (p.samples_per_s, p.bytes_in_per_s, p.bytes_out_per_s) == (320.0, 2500.0, 1000.0)
-    # A worker restarted from a checkpoint counts from an earlier figure: no negative rate.
-    assert h.sample(status_doc("a", 128), now=103.0).samples_per_s == 0.0
+    # Over the last RATE_SPAN samples, not only the last second.
+    assert h.sample(status_doc("a", 1280, received=5000), now=103.0).samples_per_s == round(1280 / 3, 2)
+    # A worker restarted from a checkpoint counts from an earlier figure: no rate (never negative).
+    assert h.sample(status_doc("a", 128), now=104.0).samples_per_s is None
+    assert h.sample(status_doc("a", 192), now=105.0).samples_per_s == 64.0
 
 
 def test_history_is_bounded_json_safe_and_incremental() -> None:

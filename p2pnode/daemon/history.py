@@ -23,6 +23,9 @@ log = logging.getLogger("p2pnode.history")
 
 #: points kept: 10 minutes at one a second
 DEFAULT_CAPACITY = 600
+#: rates are averaged over this many samples back (5 s): a step takes tens of milliseconds and
+#: an exchange arrives every few steps, so one-second differences jitter more than they inform
+RATE_SPAN = 5
 
 
 @dataclass(frozen=True)
@@ -66,21 +69,24 @@ class History:
         self.interval = interval
         self.points: deque[Point] = deque(maxlen=capacity)
         self._seq = 0
-        self._prev: tuple[float, int, int, int] | None = None  # monotonic time, samples, bytes in, out
+        #: the last RATE_SPAN (monotonic time, samples, bytes in, bytes out), oldest first
+        self._prev: deque[tuple[float, int, int, int]] = deque(maxlen=RATE_SPAN)
 
     def sample(self, status: dict[str, Any], now: float | None = None, wall: float | None = None) -> Point:
-        """Append one point built from ``status``; rates need a previous sample (else None)."""
+        """Append one point built from ``status``; rates are over the last RATE_SPAN samples and
+        need one before this (else None)."""
         now = time.monotonic() if now is None else now
         t = status.get("training", {})
         samples = int(t.get("samples", 0))
         bytes_in, bytes_out = _bytes_in_out(status)
+        if self._prev and samples < self._prev[-1][1]:
+            self._prev.clear()  # a restarted worker resumes from its checkpoint: counting starts again
         rates: tuple[float | None, float | None, float | None] = (None, None, None)
-        if self._prev is not None and now > self._prev[0]:
-            dt = now - self._prev[0]
-            # A restarted worker resumes from its checkpoint: samples may go back. No negative rate.
-            rates = (max(0.0, (samples - self._prev[1]) / dt), max(0.0, (bytes_in - self._prev[2]) / dt),
-                     max(0.0, (bytes_out - self._prev[3]) / dt))
-        self._prev = (now, samples, bytes_in, bytes_out)
+        if self._prev and now > self._prev[0][0]:
+            t0, s0, in0, out0 = self._prev[0]
+            dt = now - t0
+            rates = ((samples - s0) / dt, max(0.0, (bytes_in - in0) / dt), max(0.0, (bytes_out - out0) / dt))
+        self._prev.append((now, samples, bytes_in, bytes_out))
         self._seq += 1
         point = Point(seq=self._seq, t=round(time.time() if wall is None else wall, 3), step=int(t.get("step", 0)),
                       samples=samples, loss=_finite(t.get("loss")), accuracy=_finite(t.get("accuracy")),
