@@ -62,16 +62,20 @@ class TrainingConfig:
     data_dir: str = ""
     #: "i/n": train on the i-th of n disjoint shards of the training set
     shard: str = "0/1"
-    batch_size: int = 64
-    #: tuned for a cluster: averaging with peers acts like a larger batch (docs/BENCHMARKS.md)
-    lr: float = 0.2
-    momentum: float = 0.9
-    weight_decay: float = 0.0
     #: how the n shards split the data: "iid" (interleaved, even), "dirichlet:alpha=A" (label
     #: skew, per-class proportions from Dir(A)) or "classes:k=K" (about K classes per node)
     partition: str = "iid"
     #: seed of the partition draw: every node must use the same one (shards stay disjoint)
     partition_seed: int = 0
+    batch_size: int = 64
+    #: tuned for a cluster: averaging with peers acts like a larger batch (docs/BENCHMARKS.md)
+    lr: float = 0.2
+    momentum: float = 0.9
+    #: "sgd": momentum SGD, each node's buffer from its own gradients (the paper's);
+    #: "qgm": quasi-global momentum (Lin et al. 2021), the buffer follows how the model moved,
+    #: averaging included: less drift on skewed shards (docs/BENCHMARKS.md)
+    optimizer: str = "sgd"
+    weight_decay: float = 0.0
     #: "constant" or "cosine" (cosine needs max_samples)
     lr_schedule: str = "constant"
     #: samples over which the learning rate rises linearly from ~0 to lr
@@ -287,12 +291,12 @@ def parse_shard(value: str) -> tuple[int, int]:
 
 def validate(cfg: Config) -> None:
     """Check values whose type is right but whose meaning is wrong."""
+    from p2pnode import partition
     from p2pnode.compression import registry
     from p2pnode.models import MODEL_INPUTS
 
     n, t, x, c = cfg.node, cfg.training, cfg.exchange, cfg.compression
     parse_hostport(n.listen, "node.listen")
-    from p2pnode import partition
     if n.advertise:
         parse_hostport(n.advertise, "node.advertise")
     for seed in n.seeds:
@@ -311,20 +315,21 @@ def validate(cfg: Config) -> None:
     if t.model == "cnn" and t.data == "cifar10":
         raise ConfigError("training.model: cnn is for 28x28 grey images; use resnet18 or a vgg with cifar10")
     parse_shard(t.shard)
+    try:
+        partition.parse(t.partition)
+    except partition.PartitionError as exc:
+        raise ConfigError(f"training.partition: {exc}") from None
     for key in ("batch_size", "threads", "synthetic_samples"):
         _positive(f"training.{key}", getattr(t, key))
     _positive("training.lr", t.lr)
     for key in ("momentum", "weight_decay"):
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
-    try:
-        partition.parse(t.partition)
-    except partition.PartitionError as exc:
-        raise ConfigError(f"training.partition: {exc}") from None
     if t.momentum >= 1:
         raise ConfigError("training.momentum: must be < 1")
     for key in ("max_samples", "warmup_samples", "eval_every", "eval_samples", "seed", "partition_seed"):
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
     _choice("training.lr_schedule", t.lr_schedule, ("constant", "cosine"))
+    _choice("training.optimizer", t.optimizer, ("sgd", "qgm"))
     if t.lr_schedule == "cosine" and not t.max_samples:
         raise ConfigError("training.lr_schedule: cosine needs training.max_samples")
     _positive("exchange.every", x.every)

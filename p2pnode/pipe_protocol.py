@@ -90,6 +90,8 @@ class Applied(Message):
     reason: str = ""  # one of REFUSAL_REASONS when not ok
     detail: str = ""
     weight: float = 0.0
+    #: ||x - x_hat_peer|| / ||x|| just before averaging (-1: not measured): how far apart we were
+    distance: float = -1.0
 
 
 @dataclass

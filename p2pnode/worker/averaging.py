@@ -36,3 +36,16 @@ def average_into(model: nn.Module, peer: dict[str, torch.Tensor], weight: float)
     for name, tensor in model.state_dict().items():
         if tensor.is_floating_point():
             tensor.mul_(1.0 - weight).add_(peer[name].view_as(tensor), alpha=weight)
+
+
+@torch.no_grad()
+def relative_distance(model: nn.Module, peer: dict[str, torch.Tensor]) -> float:
+    """||x - x_hat_peer|| / ||x|| over the floating state: how far apart two nodes' models are
+    (the consensus finish runs until this is small for every peer)."""
+    diff, norm = 0.0, 0.0
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point():
+            x = tensor.reshape(-1).float()
+            diff += float(torch.sum((x - peer[name].reshape(-1).float()) ** 2))
+            norm += float(torch.sum(x * x))
+    return math.sqrt(diff) / max(math.sqrt(norm), 1e-12)

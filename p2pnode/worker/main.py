@@ -46,7 +46,7 @@ from p2pnode.wire.codec import (
     PayloadError,
 )
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
-from p2pnode.worker.averaging import average_into, peer_weight
+from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.training import RECOVERY_STEPS, ShardTrainer
 
@@ -117,10 +117,13 @@ class Worker:
             return
         weight = 1.0 if msg.mode == ADOPT else peer_weight(
             self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss)
+        distance = relative_distance(self.trainer.model, replica.tensors)
         average_into(self.trainer.model, replica.tensors, weight)
+        if msg.mode == ADOPT:  # momentum of a few steps on a model we just replaced means nothing
+            self.trainer.optimizer.state.clear()
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
-                            version=replica.version, weight=weight))
+                          version=replica.version, weight=weight, distance=distance))
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)

@@ -14,6 +14,7 @@ from p2pnode import data as datasets
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.config import Config, parse_shard
 from p2pnode.models import build_model
+from p2pnode.worker.qgm import QuasiGlobalSGD
 
 
 def load_splits(cfg: Config) -> tuple[datasets.Split, datasets.Split]:
@@ -37,6 +38,15 @@ RECOVERY_STEPS = 100
 MIN_LR_SCALE = 1.0 / 1024
 
 
+def build_optimizer(name: str, model: torch.nn.Module, lr: float, momentum: float,
+                    weight_decay: float) -> torch.optim.Optimizer:
+    """``sgd``: momentum SGD with the node's own buffer (the paper's); ``qgm``: quasi-global
+    momentum, whose buffer follows the model's moves including averaging (worker/qgm.py)."""
+    if name == "qgm":
+        return QuasiGlobalSGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+
+
 class ShardTrainer:
     """Model, optimizer, gradient compression and the shard, stepped one batch at a time."""
 
@@ -52,8 +62,7 @@ class ShardTrainer:
         torch.manual_seed(t.seed)
         self.model = build_model(t.model, in_channels=in_channels)
         torch.manual_seed(t.seed * 1000 + shard_index + 1)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=t.lr, momentum=t.momentum,
-                                         weight_decay=t.weight_decay)
+        self.optimizer = build_optimizer(t.optimizer, self.model, t.lr, t.momentum, t.weight_decay)
         self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
         self.step = 0
         self.samples = 0
