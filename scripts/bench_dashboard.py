@@ -189,6 +189,7 @@ def main() -> int:
             client: Browser | Poller = Browser(addr) if client_kind == "browser" else Poller(addr)
             results: dict[str, list[dict[str, float]]] = {"open": [], "closed": []}
             ratios: list[float] = []
+            cpu_extra: list[float] = []  # daemon CPU open - closed, per pair (fraction of a core)
             try:
                 actions: dict[str, Callable[[], None]] = {"open": client.open, "closed": client.close}
                 for p in range(args.pairs):
@@ -200,6 +201,7 @@ def main() -> int:
                         got[mode] = trial(addr, cl.nodes[0].pid, args.trial)
                         results[mode].append(got[mode])
                     ratios.append(got["open"]["rate"] / got["closed"]["rate"])
+                    cpu_extra.append(got["open"]["daemon_cpu"] - got["closed"]["daemon_cpu"])
                     print(f"pair {p + 1}/{args.pairs}: open {got['open']['rate']:.1f} samples/s, closed "
                           f"{got['closed']['rate']:.1f}, ratio {ratios[-1]:.4f}", flush=True)
                 per_sample = sampler_cost(addr)
@@ -220,13 +222,15 @@ def main() -> int:
         table(["dashboard", "trials", "median samples/s", "median daemon CPU"], rows), "",
         f"Median ratio open/closed over the pairs: **{med:.4f}** (cost {100 * (1 - med):.2f} % of the training "
         f"rate; pairs: {', '.join(f'{r:.3f}' for r in ratios)}). "
+        f"Node 0's daemon used {100 * statistics.median(cpu_extra):+.2f} % of a CPU more with the page open "
+        f"(median over the pairs): the dashboard's own cost, which training on a shared core can lose at most. "
         f"The history sampler, always on, takes {per_sample * 1e6:.0f} µs a second "
         f"({per_sample * 100:.3f} % of one CPU)."
         + (f" Browser console errors: {len(errors)}." if client_kind == "browser" else ""),
     ])
     print(text)
     append_jsonl(args.jsonl, {"bench": "dashboard", "client": client_kind, "pin": pin, "trial_s": args.trial,
-                              "ratios": ratios, "median_ratio": med, "trials": results, "sampler_s": per_sample})
+                              "ratios": ratios, "median_ratio": med, "daemon_cpu_extra": cpu_extra, "trials": results, "sampler_s": per_sample})
     if args.write:
         write_section(text + "\n")
     return 0
