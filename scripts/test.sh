@@ -1,8 +1,24 @@
 #!/usr/bin/env bash
-# The test command: sets up .venv if needed, then runs the whole suite.
-# Extra arguments go to pytest, e.g. scripts/test.sh -k cluster -x
+# The test command: sets up .venv if needed, then runs the fast suite: every test not marked
+# `slow` (about 2 minutes on 2 cores; real daemons included, with a torch-free worker where
+# training is beside the point).
+#   scripts/test.sh --all            everything, the slow real-process tests too (what CI runs)
+#   scripts/test.sh tests/test_x.py  the tests named, slow or not
+# Other arguments go to pytest, e.g. scripts/test.sh -k cluster -x. P2PNODE_TEST_ALL=1 = --all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 P2PNODE_TEST_TOOLS=1 bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-exec .venv/bin/python -m pytest -p no:cacheprovider -q "$@"
+
+select=(-m "not slow")
+[ "${P2PNODE_TEST_ALL:-0}" = 1 ] && select=()
+args=()
+for arg in "$@"; do
+  if [ "$arg" = --all ]; then
+    select=()
+  else
+    [ -e "${arg%%::*}" ] && select=()  # a test file or node id given: run it whatever its marks
+    args+=("$arg")
+  fi
+done
+exec .venv/bin/python -m pytest -p no:cacheprovider -q "${select[@]}" "${args[@]}"

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from benchlib.cluster import finished
 from daemon_util import http_request
 from nodes import wait_for
 from p2pnode.wire.codec import decode
@@ -26,8 +27,9 @@ def test_not_modified_is_held_until_the_next_publish(cluster) -> None:
     busy = cluster("busy", extra=["--set", "http.not_modified_hold=0.5"])
     idle.wait_ready()
     busy.wait_ready()
-    wait_for(lambda: idle.status()["training"]["done"], 30, "idle to finish training")
-    time.sleep(1.5)  # let its last publishes settle
+    # Done and its final evaluation reported: the worker has gone idle, and alone (nothing to
+    # average) it publishes nothing more.
+    wait_for(lambda: finished(idle.status()), 30, "idle to finish training and its final evaluation")
 
     # Nothing will be published: the 304 comes after the hold, not at once.
     version, epoch = current(idle.addr)
