@@ -19,14 +19,7 @@ import sys
 from pathlib import Path
 
 from benchlib.cluster import ROOT, TrainResult, train
-from benchlib.results import (
-    add_output_args,
-    append_jsonl,
-    command_line,
-    machine,
-    table,
-    write_section,
-)
+from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
 
 PAPER = ["--set", "exchange.every=1", "--set", "compression.publish_every=1",
          "--set", "compression.publish=topk:density=0.01", "--set", "compression.gradient=mean-threshold",

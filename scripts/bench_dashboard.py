@@ -42,12 +42,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchlib.cluster import Cluster  # noqa: E402
-from benchlib.procs import cpu_seconds  # noqa: E402
-from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section  # noqa: E402
-from benchlib.status import get_json, wait_for  # noqa: E402
+from benchlib.cluster import Cluster
+from benchlib.procs import cpu_seconds
+from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
+from benchlib.status import get_json, wait_for
 from p2pnode.daemon.history import History  # noqa: E402
 
 SECTION = "## Dashboard overhead"

@@ -37,14 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.overhead import BareWorker, ServedNode, measure, write_config
-from benchlib.results import (
-    add_output_args,
-    append_jsonl,
-    command_line,
-    machine,
-    table,
-    write_section,
-)
+from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
 
 MODES = ("idle", "flood", "paced")
 SECTION = "## Daemon overhead"

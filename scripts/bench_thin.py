@@ -26,14 +26,7 @@ from typing import Any
 from benchlib.cluster import ROOT, TrainResult, train
 from benchlib.ddp import DdpRun, run_ddp
 from benchlib.netns import Topology, unavailable
-from benchlib.results import (
-    add_output_args,
-    append_jsonl,
-    command_line,
-    machine,
-    table,
-    write_section,
-)
+from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
 
 SECTION = "## Thin links: p2pnode and DDP on the same slow network"
 
