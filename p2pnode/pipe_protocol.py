@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import msgpack
 
 #: How the worker takes a peer's model (``PeerPayload.mode``): "average" weighs it in by the
 #: configured rule (``exchange.averaging``); "adopt" replaces ours with it (a fresh node's
 #: bootstrap from its first peer).
-AVERAGE = "average"
-ADOPT = "adopt"
+AVERAGE: Final = "average"
+ADOPT: Final = "adopt"
 PeerMode = Literal["average", "adopt"]
 
 #: Why the worker refused a peer payload (``Applied.reason``). "gap" is ours, not the peer's:
 #: we hold no replica (or another version) to apply its delta to and must ask for a snapshot.
-GAP = "gap"
+GAP: Final = "gap"
 REFUSAL_REASONS = ("malformed", "architecture", "non-finite", GAP, "too-large")
 
 

@@ -101,7 +101,7 @@ def cluster_table(view: dict[str, Any], width: int = WIDE) -> Table:
         if reachable:
             worker = ("done" if n.get("done") else "training") if n.get("worker_alive") else "DOWN"
         acc = n.get("accuracy")
-        cells = {
+        cells: dict[str, Text | str] = {
             "node": Text(str(n.get("node_id") or "?")[:16 if wide else 8] + (" *" if n.get("self") else ""),
                          style="bold" if n.get("self") else ""),
             "address": str(n.get("addr") or "-"), "state": Text(state, style=STATE_STYLE.get(state, "")),

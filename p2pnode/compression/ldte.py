@@ -120,7 +120,7 @@ class LDTEBS(DensitySparsifier):
             if probes > self.max_iter:
                 break
             # next pivot: log-count interpolation, bisection if it stalls or leaves the bracket
-            if side == +1 and probes == 1 and 0.0 < t_gauss < t_hi:
+            if side == +1 and probes == 1 and t_hi is not None and 0.0 < t_gauss < t_hi:
                 t_new = t_gauss  # lighter tail than Laplace: try the Gaussian key point
             elif t_hi is None:
                 slope = math.log(n / c_lo) / t_lo if t_lo > 0 else 0.0
@@ -145,6 +145,7 @@ class LDTEBS(DensitySparsifier):
                     self.stats = {"probes": probes, "fallback": False, "count": count}
                     return flatnonzero(mask)
             else:
+                assert cand_idx is not None  # gathered together with cand
                 cmask = cand >= t
                 count = int(torch.count_nonzero(cmask))
                 if lo_ok <= count <= hi_ok:
@@ -154,6 +155,7 @@ class LDTEBS(DensitySparsifier):
         # Could not meet the tolerance (ties, or max_iter): exact top-k on what is bracketed.
         self.stats = {"probes": probes, "fallback": True, "count": k}
         if cand is not None:
+            assert cand_idx is not None
             return cand_idx[torch.topk(cand, k, sorted=False).indices]
         return torch.topk(a, k, sorted=False).indices
 

@@ -59,7 +59,7 @@ def _array_parts(a: Any) -> tuple[str, list[int], memoryview]:
         arr = np.ascontiguousarray(a)
         name = arr.dtype.name
         shape = list(arr.shape)
-    return name, shape, memoryview(arr.reshape(-1)).cast("B")
+    return name, shape, arr.reshape(-1).data.cast("B")
 
 
 class ArraySpec:

@@ -35,7 +35,8 @@ def _parse_members(reply: dict[str, Any]) -> list[tuple[str, str, str, int]]:
         if not isinstance(item, dict):
             raise PeerError("member entry is not a map")
         node_id, addr, state, inc = item.get("node_id"), item.get("addr"), item.get("state"), item.get("incarnation")
-        if not (isinstance(node_id, str) and isinstance(addr, str) and isinstance(inc, int)
+        if not (isinstance(node_id, str) and isinstance(addr, str) and isinstance(state, str)
+                and isinstance(inc, int)
                 and state in MemberState.__members__.values() and 0 < len(node_id) <= 64 and len(addr) <= 300):
             raise PeerError(f"bad member entry {item!r:.200}")
         out.append((node_id, addr, state, inc))

@@ -43,12 +43,12 @@ class ReplicaGap(PayloadError):
 
 
 class Replica:
-    """One peer's x̂. ``version`` is -1 and ``epoch`` None until the first snapshot."""
+    """One peer's x̂. ``version`` is -1 and ``epoch`` "" until the first snapshot."""
 
     def __init__(self, spec: ModelSpec, node_id: str) -> None:
         self.spec = spec
         self.node_id = node_id
-        self.epoch: str | None = None
+        self.epoch = ""
         self.version = -1
         self.step = 0
         self.loss = math.nan
