@@ -13,7 +13,7 @@ from pathlib import Path
 from benchlib import cluster
 from benchlib.status import free_port, get_json, wait_for
 
-__all__ = ["FAST", "NodeProc", "free_port", "get_json", "wait_for"]
+__all__ = ["FAST", "STUB", "NodeProc", "free_port", "get_json", "wait_for"]
 
 FAST = [
     "--data", "synthetic",
@@ -26,6 +26,12 @@ FAST = [
     "--set", "membership.gossip_interval=0.3",
     "--set", "membership.timeout=0.5",
 ]
+
+
+#: the torch-free worker (p2pnode/worker/stub.py): real pipe, publishing, replicas, averaging and
+#: checkpoints, no learning; starts in a fraction of a second. For tests of membership, auth,
+#: TLS, HTTP and lifecycle; tests of training itself run the torch worker (the default).
+STUB = ["--set", "training.worker=stub"]
 
 
 class NodeProc(cluster.NodeProc):

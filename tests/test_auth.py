@@ -12,7 +12,7 @@ import time
 import msgpack
 import pytest
 
-from nodes import wait_for
+from nodes import STUB, wait_for
 from daemon_util import http_request, metrics_text, sample_value
 from p2pnode.net.auth import HEADER_SIG, HEADER_TS, sign, verify
 
@@ -93,14 +93,13 @@ def oversized_post(addr: str, limit: int, headers: dict[str, str]) -> int:
         conn.close()
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_secret_cluster_signs_checks_and_refuses_strangers(cluster) -> None:
     limit = 4 * 1024 * 1024
-    same = ["--set", f"node.secret={SECRET.decode()}", "--set", f"http.max_request_bytes={limit}"]
+    same = [*STUB, "--set", f"node.secret={SECRET.decode()}", "--set", f"http.max_request_bytes={limit}"]
     a = cluster("a", extra=same)
     b = cluster("b", seeds=[a.addr], extra=same)
-    stranger = cluster("c", seeds=[a.addr], extra=["--set", "node.secret=another secret"])
+    stranger = cluster("c", seeds=[a.addr], extra=[*STUB, "--set", "node.secret=another secret"])
 
     def ready(n) -> dict | None:
         s = signed_json(n.addr, "/v1/status")

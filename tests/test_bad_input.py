@@ -10,13 +10,11 @@ import msgpack
 import numpy as np
 import pytest
 
-from nodes import wait_for
+from nodes import STUB, wait_for
 from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
 from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
 
-pytestmark = pytest.mark.slow
-
-LIMIT = 4 * 1024 * 1024  # above one snapshot of the test CNN (~1.7 MB), so only the big bodies hit it
+LIMIT = 4 * 1024 * 1024  # far above one snapshot of the model, so only the big bodies hit it
 PEER = "feedfacecafebeef"
 REJECTED = "p2pnode_payloads_rejected_total"
 
@@ -72,7 +70,7 @@ def with_nan(snapshot_bytes: bytes) -> bytes:
 
 @pytest.mark.timeout(90)
 def test_bad_payloads_are_refused_counted_and_change_nothing(cluster) -> None:
-    node = cluster("a", extra=["--set", f"http.max_request_bytes={LIMIT}", "--set", "training.max_samples=64"])
+    node = cluster("a", extra=[*STUB, "--set", f"http.max_request_bytes={LIMIT}", "--set", "training.max_samples=64"])
     node.wait_ready()
     wait_for(lambda: node.status()["training"]["done"], 30, "training to stop")
     before_status = node.status()

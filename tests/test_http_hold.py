@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from benchlib.cluster import finished
 from daemon_util import http_request
-from nodes import wait_for
+from nodes import STUB, wait_for
 from p2pnode.wire.codec import decode
-
-pytestmark = pytest.mark.slow
 
 
 def current(addr: str) -> tuple[int, str]:
@@ -23,8 +19,8 @@ def current(addr: str) -> tuple[int, str]:
 
 
 def test_not_modified_is_held_until_the_next_publish(cluster) -> None:
-    idle = cluster("idle", extra=["--set", "training.max_samples=64", "--set", "http.not_modified_hold=0.5"])
-    busy = cluster("busy", extra=["--set", "http.not_modified_hold=0.5"])
+    idle = cluster("idle", extra=[*STUB, "--set", "training.max_samples=64", "--set", "http.not_modified_hold=0.5"])
+    busy = cluster("busy", extra=[*STUB, "--set", "http.not_modified_hold=0.5"])
     idle.wait_ready()
     busy.wait_ready()
     # Done and its final evaluation reported: the worker has gone idle, and alone (nothing to

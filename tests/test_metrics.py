@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nodes import free_port, wait_for
+from nodes import STUB, free_port, wait_for
 from daemon_util import metrics_text
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.membership.swim.metrics import SwimMetrics
@@ -61,11 +61,10 @@ def test_a_bad_exposition_fails_the_check() -> None:
         check_conventions("# HELP p2pnode_latency_ms x\n# TYPE p2pnode_latency_ms gauge\np2pnode_latency_ms 1\n")
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_metrics_and_status_of_a_running_cluster(cluster) -> None:
-    a = cluster("a")
-    b = cluster("b", seeds=[a.addr])
+    a = cluster("a", extra=STUB)
+    b = cluster("b", seeds=[a.addr], extra=STUB)
     ids = {n.name: n.wait_ready()["node_id"] for n in (a, b)}
     for n in (a, b):
         wait_for(lambda n=n: n.status()["exchanges"]["done"] >= 3, 30, f"{n.name} to exchange")

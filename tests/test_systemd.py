@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from p2pnode.cli import _start_parser, build_config
+from nodes import STUB
 from p2pnode.daemon import notify
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,16 +164,15 @@ def receive(sock: socket.socket, until: float) -> list[tuple[float, str]]:
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_daemon_speaks_the_notify_protocol(cluster, notify_socket, monkeypatch) -> None:
     sock, path = notify_socket
-    a = cluster("a")
+    a = cluster("a", extra=STUB)
     a_id = a.wait_ready()["node_id"]
     monkeypatch.setenv("NOTIFY_SOCKET", path)
     monkeypatch.setenv("WATCHDOG_USEC", "2000000")  # 2 s: pings expected every second
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
-    b = cluster("b", seeds=[a.addr])
+    b = cluster("b", seeds=[a.addr], extra=STUB)
     monkeypatch.delenv("NOTIFY_SOCKET")
     monkeypatch.delenv("WATCHDOG_USEC")
 

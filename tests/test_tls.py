@@ -13,9 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from nodes import wait_for
-
-pytestmark = pytest.mark.slow
+from nodes import STUB, wait_for
 
 
 def make_cert(folder: Path) -> tuple[Path, Path]:
@@ -35,7 +33,7 @@ def https_status(addr: str, cert: Path) -> dict:
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 def test_tls_cluster(cluster, tmp_path: Path) -> None:
     cert, key = make_cert(tmp_path)
-    tls = ["--set", f"node.tls_cert={cert}", "--set", f"node.tls_key={key}"]
+    tls = [*STUB, "--set", f"node.tls_cert={cert}", "--set", f"node.tls_key={key}"]
     a = cluster("a", extra=tls)
     wait_for(lambda: https_status(a.addr, cert)["joined"], 40, "a to serve HTTPS")
     b = cluster("b", seeds=[a.addr], extra=tls)

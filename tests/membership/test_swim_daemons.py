@@ -7,7 +7,8 @@ stopped with SIGTERM is seen as *left*; a new node joins through a surviving mem
 killed seed comes back with the same state dir, so the same id and a higher incarnation.
 
 The timings are the LAN profile's shape scaled down (``membership.probe_interval`` and
-friends), so every bound below is in the same proportion to them as in production.
+friends), so every bound below is in the same proportion to them as in production; the nodes
+run the torch-free stub worker (membership is what is tested), so each starts in about a second.
 """
 
 from __future__ import annotations
@@ -19,16 +20,13 @@ from typing import Any
 import pytest
 
 from daemon_util import metrics_text, sample_value
-from nodes import NodeProc, get_json, wait_for
-
-pytestmark = pytest.mark.slow
+from nodes import STUB, NodeProc, get_json, wait_for
 
 PROBE_INTERVAL = 0.5
 SUSPICION_MULT = 6
 #: the suspicion timeout's floor below 10 members: suspicion_mult * probe_interval
 SUSPICION_MIN = SUSPICION_MULT * PROBE_INTERVAL
-# training stops early so the two shared cores go to the protocol
-SWIM = ["--set", "membership.protocol=swim", "--set", "training.max_samples=128",
+SWIM = [*STUB, "--set", "membership.protocol=swim", "--set", "training.max_samples=128",
         "--set", "checkpoint.interval=1", "--set", f"membership.probe_interval={PROBE_INTERVAL}",
         "--set", "membership.probe_timeout=0.25", "--set", f"membership.suspicion_mult={SUSPICION_MULT}",
         "--set", "membership.push_pull_interval=5"]

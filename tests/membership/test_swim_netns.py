@@ -22,12 +22,12 @@ import pytest
 
 from benchlib.cluster import NodeProc
 from benchlib.netns import Topology, unavailable
-from nodes import FAST, wait_for
+from nodes import FAST, STUB, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
 PUSH_PULL_INTERVAL = 3.0
-SWIM = ["--set", "membership.protocol=swim", "--set", "training.max_samples=128",
+SWIM = [*STUB, "--set", "membership.protocol=swim", "--set", "training.max_samples=128",
         "--set", "membership.probe_interval=0.5", "--set", "membership.probe_timeout=0.25",
         "--set", f"membership.push_pull_interval={PUSH_PULL_INTERVAL}"]
 PORT = 7101
