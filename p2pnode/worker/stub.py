@@ -12,6 +12,7 @@ the squared distance to it, and "accuracy" is 1 / (1 + loss). It always averages
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal
@@ -151,12 +152,16 @@ class StubWorker:
             self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=str(exc)[:300]))
             return
         weight = 1.0 if msg.mode == ADOPT else 0.5
+        # ||x - x_hat_peer|| / ||x|| before averaging, as the torch worker reports it
+        gap = math.sqrt(sum(float(np.sum((self.x[k] - replica.arrays[k]) ** 2)) for k in self.x))
+        norm = math.sqrt(sum(float(np.sum(x ** 2)) for x in self.x.values()))
+        distance = gap / norm if norm > 0 else -1.0
         for name, x in self.x.items():
             x *= 1.0 - weight
             x += weight * replica.arrays[name]
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
-                          version=replica.version, weight=weight))
+                          version=replica.version, weight=weight, distance=distance))
 
     def checkpoint(self, token: int) -> None:
         try:
