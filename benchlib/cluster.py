@@ -8,6 +8,7 @@ runs node i on 127.0.0.1, ``benchlib.netns.Topology.place`` inside network names
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -218,24 +219,32 @@ def finished(status: dict[str, Any]) -> bool:
     """Done training and its final evaluation reported: the worker is idle, and stopping the
     node now writes its final checkpoint at once (not after the evaluation of the test set)."""
     t = status["training"]
-    return bool(t["done"]) and t["eval_step"] >= t["step"]
+    agreed = status.get("consensus", {}).get("reached", True)  # the consensus finish, when on
+    return bool(t["done"]) and t["eval_step"] >= t["step"] and bool(agreed)
 
 
 def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[str] = (), port: int = 7571,
-          timeout: float = 900.0, place: Place = loopback, kill_last_at: float = 0.0,
-          progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None) -> TrainResult:
+          timeout: float = 900.0, place: Place = loopback, kill_last_at: float = 0.0, restart_after: float = -1.0,
+          progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
+          on_start: Callable[[Cluster], Any] | None = None) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
-    the others have trained on that fraction of ``samples``. ``progress(elapsed, statuses)`` is
-    called after every poll (once a second)."""
+    the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
+    (same state dir: it resumes from its checkpoint) that many seconds later, and wait for it too.
+    ``progress(elapsed, statuses)`` is called after every poll (once a second); ``on_start(cluster)``
+    once the nodes run (what it returns, if a context manager, is entered then and exited at the end)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     cluster = Cluster(run, nodes, lambda i: training_args(i, nodes, samples, extra), port, place)
     last: dict[int, dict[str, Any]] = {}
     killed: int | None = None
+    killed_at, restarted = 0.0, False
     start = time.monotonic()
-    with cluster:
+    with cluster, contextlib.ExitStack() as hooks:
+        hook = on_start(cluster) if on_start is not None else None
+        if hook is not None and hasattr(hook, "__exit__"):
+            hooks.enter_context(hook)
         while time.monotonic() - start < timeout:
             statuses = cluster.statuses()
             last.update({i: s for i, s in enumerate(statuses) if s is not None and i != killed})
@@ -245,6 +254,13 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
                     i in last and last[i]["training"]["samples"] >= samples * kill_last_at for i in range(nodes - 1)):
                 killed = nodes - 1
                 cluster.nodes[killed].signal(signal.SIGKILL)
+                killed_at = time.monotonic()
+            if killed is not None and restart_after >= 0 and time.monotonic() - killed_at >= restart_after:
+                assert cluster.nodes[killed].proc is not None
+                cluster.nodes[killed].proc.wait(10)
+                cluster.nodes[killed].start()
+                last.pop(killed, None)
+                killed, restarted = None, True
             if all(i in last and finished(last[i]) for i in range(nodes) if i != killed):
                 break
             time.sleep(1.0)
@@ -258,4 +274,4 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
         rows.append(NodeResult(node=i, accuracy=acc, train_seconds=t.get("train_seconds"), samples=t.get("samples"),
                                received=s.get("bytes", {}).get("model_received", 0), exchanges=ex.get("done", 0),
                                skipped=ex.get("skipped", 0)))
-    return TrainResult(name, rows, killed is not None, wall)
+    return TrainResult(name, rows, killed is not None or restarted, wall)

@@ -12,6 +12,7 @@ reset") or a hang comes back as ``failed``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -35,6 +37,8 @@ class DdpRun:
     port: int = 29533  #: rank 0's rendezvous port
     max_seconds: float = 0.0  #: > 0: all ranks stop after this much training (thin links); no accuracy then
     kill_at: int = 0  #: > 0: the last rank SIGKILLs itself at this step, as a machine dying would
+    partition: str = "iid"  #: training.partition of the p2pnode run it is compared with (same shards)
+    partition_seed: int = 0
 
     @property
     def steps(self) -> int:
@@ -42,9 +46,12 @@ class DdpRun:
 
 
 def run_ddp(run: DdpRun, place: Place = loopback, wait: float = 3600.0,
-            env: dict[str, str] | None = None) -> dict[str, Any]:
+            env: dict[str, str] | None = None,
+            on_start: Callable[[list[subprocess.Popen[str]]], Any] | None = None) -> dict[str, Any]:
     """Run every rank in its own process and return rank 0's result (a dict with ``seconds``,
-    ``accuracy``, ``sent``, ``steps``, ``of_steps``; or ``failed`` with what went wrong)."""
+    ``accuracy``, ``sent``, ``steps``, ``of_steps``; or ``failed`` with what went wrong).
+    ``on_start(procs)`` is called once every rank's process runs (e.g. to slow one down); what it
+    returns, if a context manager, is entered then and exited when the run ends."""
     from p2pnode.daemon.supervisor import (
         WORKER_MALLOC_ENV,  # the allocator settings p2pnode's workers get
     )
@@ -58,12 +65,17 @@ def run_ddp(run: DdpRun, place: Place = loopback, wait: float = 3600.0,
              for r in range(run.workers)]
     deadline = time.monotonic() + wait
     outs: list[tuple[str, str]] = []
+    hooks = contextlib.ExitStack()
+    hook = on_start(procs) if on_start is not None else None
+    if hook is not None and hasattr(hook, "__exit__"):
+        hooks.enter_context(hook)
     try:
         for p in procs:
             outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
     except subprocess.TimeoutExpired:
         return {"failed": f"no result after {wait:.0f} s: the workers hung", "steps": 0, "of_steps": run.steps}
     finally:
+        hooks.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -120,7 +132,7 @@ def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(run.port))
     dist.init_process_group("gloo", rank=rank, world_size=run.workers)
-    train = shard(fashion_mnist(True), rank, run.workers)
+    train = shard(fashion_mnist(True), rank, run.workers, run.partition, run.partition_seed)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"))
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)

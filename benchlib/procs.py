@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import threading
 import subprocess
 import time
 from collections.abc import Callable
@@ -135,3 +136,49 @@ def cpu_model() -> str:
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+class DutyCycle:
+    """Make processes run at a fraction of their speed, as a slower machine would: a thread
+    stops them (and their descendants, e.g. a node's training worker) with SIGSTOP for
+    ``1 - fraction`` of every ``period`` seconds and continues them for the rest. A context
+    manager; on exit everything is continued."""
+
+    def __init__(self, pids: list[int], fraction: float = 0.5, period: float = 0.1) -> None:
+        if not 0 < fraction <= 1:
+            raise ValueError("fraction must be in (0, 1]")
+        self.pids, self.fraction, self.period = pids, fraction, period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="duty-cycle", daemon=True)
+
+    def _tree(self) -> list[int]:
+        out, todo = [], list(self.pids)
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo += children(pid)
+        return out
+
+    def _signal(self, sig: int) -> None:
+        for pid in self._tree():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.fraction < 1:
+                self._signal(signal.SIGSTOP)
+                self._stop.wait(self.period * (1 - self.fraction))
+                self._signal(signal.SIGCONT)
+            self._stop.wait(self.period * self.fraction)
+
+    def __enter__(self) -> DutyCycle:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._signal(signal.SIGCONT)

@@ -110,6 +110,11 @@ class ExchangeConfig:
     fail_threshold: int = 3
     #: peers' public models kept as replicas for sparse deltas
     max_replicas: int = 16
+    #: consensus finish: once local training ends, keep exchanging every ``finish_interval``
+    #: seconds until ||x - x_peer|| / ||x|| is under this for every alive peer (0: no
+    #: consensus phase, average once a second)
+    consensus_tolerance: float = 0.01
+    finish_interval: float = 0.1
 
 
 @dataclass
@@ -336,6 +341,8 @@ def validate(cfg: Config) -> None:
     _positive("exchange.timeout", x.timeout)
     _positive("exchange.fail_threshold", x.fail_threshold)
     _positive("exchange.max_replicas", x.max_replicas)
+    _positive("exchange.consensus_tolerance", x.consensus_tolerance, allow_zero=True)
+    _positive("exchange.finish_interval", x.finish_interval)
     _choice("exchange.averaging", x.averaging, ("mean", "contribution"))
     _choice("exchange.peer_selection", x.peer_selection, ("random", "ring", "exponential"))
     for key, sparse in (("gradient", False), ("publish", True)):

@@ -7,6 +7,12 @@ and averages. A timeout or error skips the round: the worker never waits for the
 only takes what has arrived between two of its steps. A peer that fails ``fail_threshold``
 times in a row is left out, then tried again after a back-off, until it answers.
 
+When local training ends (``training.max_samples``) the *consensus finish* begins: no more
+local steps, but exchanges go on at a quick pace (``exchange.finish_interval``) until this node's
+model is within ``exchange.consensus_tolerance`` (relative L2 distance, measured by the worker
+before each average) of every alive peer's, so every node ends with the network's model rather
+than one leaning towards its own shard; after that it averages gently, once a second.
+
 The replicas live in the worker, their versions here (``PeerRecord.version``). Whenever the two
 may disagree the daemon forgets its versions and asks for snapshots: when a new worker says hello
 (a restart loses every replica), and when our worker refuses a delta as a "gap" (no replica, or
@@ -49,6 +55,8 @@ class PeerRecord:
     last_error: str = ""
     last_latency: float | None = None
     left_out_until: float = 0.0
+    #: ||x - x_hat_peer|| / ||x|| at the last average since our training ended (None: not yet)
+    distance: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -100,7 +108,8 @@ class Exchange:
         last = self.clock.step
         while True:
             if self.clock.done:
-                await asyncio.sleep(1.0)  # training over: keep averaging, gently
+                # training over: quickly until we agree with every peer, then gently
+                await asyncio.sleep(1.0 if self.consensus()["reached"] else self.cfg.exchange.finish_interval)
             else:
                 last = await self.clock.wait_step(after=last + self.cfg.exchange.every - 1)
             peers = self.candidates()
@@ -178,6 +187,8 @@ class Exchange:
             rec.version, rec.epoch = -1, ""  # ask for a full snapshot next time
             return False
         rec.version, rec.epoch = applied.version, applied.epoch
+        if self.clock.done and applied.distance >= 0:
+            rec.distance = applied.distance
         if adopt:
             log.info("started from %s's model (version %d)", peer.node_id, applied.version)
             self.bootstrap_pending = False
@@ -212,6 +223,18 @@ class Exchange:
         else:
             log.debug("exchange with %s skipped: %s", peer.node_id, error)
 
+    def consensus(self) -> dict[str, Any]:
+        """Whether training is over and our model is within tolerance of every alive peer's
+        (measured after training ended; peers left out or dead do not count)."""
+        tol = self.cfg.exchange.consensus_tolerance
+        peers = self.candidates()
+        distances = [self.peers[p.node_id].distance if p.node_id in self.peers else None for p in peers]
+        known = [d for d in distances if d is not None]
+        worst = max(known) if known else None
+        reached = self.clock.done and (tol <= 0 or (len(known) == len(peers) and (worst or 0.0) <= tol))
+        self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
+        return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": len(peers)}
+
     def status(self) -> dict[str, Any]:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
-                "peers": {k: v.to_json() for k, v in self.peers.items()}}
+                "peers": {k: v.to_json() for k, v in self.peers.items()}, "consensus": self.consensus()}

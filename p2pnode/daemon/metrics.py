@@ -35,3 +35,10 @@ class NodeMetrics:
         self.checkpoints = Counter("p2pnode_checkpoints", "Checkpoints written", registry=r)
         self.checkpoint_failures = Counter("p2pnode_checkpoint_failures", "Checkpoints that failed",
                                            registry=r)
+        self.nonfinite = Counter("p2pnode_training_nonfinite_losses", "Non-finite losses: each restored the "
+                                 "model from its public copy and halved the step size", registry=r)
+        self.lr = Gauge("p2pnode_training_learning_rate", "Step size now (after schedule and divergence back-off)",
+                        registry=r)
+        self.consensus_distance = Gauge(
+            "p2pnode_consensus_distance_ratio", "After training: largest ||x - x_peer|| / ||x|| over alive peers "
+            "(NaN before it is measured)", registry=r)

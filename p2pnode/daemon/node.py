@@ -132,6 +132,7 @@ class Node:
             "exchanges": ex["totals"],
             "bootstrapped_from": ex["bootstrapped_from"],
             "peers": ex["peers"],
+            "consensus": ex["consensus"],
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
             "bytes": {"model_received": ex["totals"]["bytes_received"],

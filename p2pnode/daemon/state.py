@@ -29,6 +29,8 @@ class TrainingState:
     samples: int = 0
     loss: float = float("nan")
     lr: float = 0.0
+    #: non-finite losses so far (each: model restored from its public copy, step size halved)
+    nonfinite: int = 0
     done: bool = False
     accuracy: float | None = None
     test_loss: float | None = None

@@ -170,7 +170,8 @@ class Worker:
         self.trainer.optimizer.state.clear()
 
     def publish_averaged(self) -> None:
-        """After training ends, keep publishing what averaging changed, at a gentle pace."""
+        """After training ends, keep publishing what averaging changed (at most once per
+        ``exchange.finish_interval``), so peers converge on one model (the consensus finish)."""
         t = self.trainer
         self.dirty = False
         self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
@@ -187,7 +188,7 @@ class Worker:
                 break
             if not self.trainer.done:
                 self.step()
-            elif self.dirty and time.monotonic() - last_idle_publish > 1.0:
+            elif self.dirty and time.monotonic() - last_idle_publish >= self.cfg.exchange.finish_interval:
                 last_idle_publish = time.monotonic()
                 self.publish_averaged()
 

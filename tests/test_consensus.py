@@ -1,0 +1,80 @@
+"""The consensus finish: after local training ends, real nodes on skewed shards keep exchanging
+until their models agree within ``exchange.consensus_tolerance``, also when one of them dies."""
+
+from __future__ import annotations
+
+import math
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from nodes import NodeProc, wait_for
+
+pytestmark = pytest.mark.slow
+
+TOL = 0.01
+# Three nodes, each on about one third of the classes, diverging quickly (lr 0.1), 48 steps each.
+SKEWED = ["--set", "training.partition=classes:k=1", "--set", "training.lr=0.1",
+          "--set", "training.max_samples=3072", "--set", f"exchange.consensus_tolerance={TOL}",
+          "--set", "training.eval_every=0"]
+
+
+def model_of(node: NodeProc) -> dict[str, torch.Tensor]:
+    state = torch.load(node.state_dir / "checkpoint.pt", weights_only=True)
+    return {k: v.float() for k, v in state["model"].items() if v.is_floating_point()}
+
+
+def distance(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    diff = sum(float(((a[k] - b[k]) ** 2).sum()) for k in a)
+    norm = sum(float((a[k] ** 2).sum()) for k in a)
+    return math.sqrt(diff / norm)
+
+
+def start_three(cluster, extra: list[str]) -> list[NodeProc]:
+    a = cluster("a", extra=["--shard", "0/3", *SKEWED, *extra])
+    a.wait_ready(90)
+    nodes = [a] + [cluster(n, seeds=[a.addr], extra=["--shard", f"{i}/3", *SKEWED, *extra])
+                   for i, n in ((1, "b"), (2, "c"))]
+    for n in nodes:
+        n.wait_ready(90)
+    return nodes
+
+
+def agreed(node: NodeProc) -> bool:
+    """The node says it agrees with every peer it exchanges with now (a peer briefly left out on
+    a loaded machine is not counted: the checkpoints below are the real check)."""
+    c = node.status()["consensus"]
+    return bool(c["reached"]) and c["peers"] >= 1 and c["max_distance"] is not None
+
+
+@pytest.mark.timeout(240)
+def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
+    nodes = start_three(cluster, [])
+    for n in nodes:
+        wait_for(lambda n=n: n.status()["training"]["done"], 60, f"{n.name} to finish training")
+    for n in nodes:
+        wait_for(lambda n=n: agreed(n), 60, f"{n.name} to agree with its peers")
+        assert n.status()["consensus"]["max_distance"] <= TOL
+    for n in nodes:
+        n.stop()  # SIGTERM: final checkpoint
+    models = [model_of(n) for n in nodes]
+    # Each node measured itself against its peers' public copies; the models themselves agree too.
+    for i in range(3):
+        for j in range(i + 1, 3):
+            assert distance(models[i], models[j]) <= 2.5 * TOL, (i, j, distance(models[i], models[j]))
+
+
+@pytest.mark.timeout(240)
+def test_survivors_agree_when_a_node_dies(cluster) -> None:
+    a, b, c = start_three(cluster, [])
+    wait_for(lambda: c.status()["training"]["step"] >= 10, 40, "c to train a little")
+    c.signal(signal.SIGKILL)
+    c.proc.wait(5)
+    for n in (a, b):
+        wait_for(lambda n=n: n.status()["training"]["done"], 60, f"{n.name} to finish training")
+    for n in (a, b):
+        wait_for(lambda n=n: agreed(n), 60, f"{n.name} to agree with the other survivor")
+    for n in (a, b):
+        n.stop()
+    assert distance(model_of(a), model_of(b)) <= 2.5 * TOL
