@@ -2,34 +2,33 @@
 """Dashboard overhead: a node's training rate with one dashboard open on it, against none open.
 
 A 3-node cluster trains (``benchlib.cluster.Cluster``; Fashion-MNIST if installed, else the
-synthetic set; training never ends: ``max_samples = 0``). Node 0 is measured. Trials alternate
-*open* and *closed* (pairs, the order flipped every pair so that a drift of the machine's load
-hits both alike), each ``--trial`` seconds long:
+synthetic set; ring; training never ends: ``max_samples = 0``). Node 0 is measured, in rounds of
+one ``--trial``-second trial per mode, each mode first in turn (so that a drift of the machine's
+load hits every mode alike):
 
-* **open**: a real headless Chromium (Debian's, through Playwright) shows node 0's dashboard
-  (``--client browser``, the default where there is one), or a Python client makes the page's
-  requests on the page's schedule (``--client poller``: ``/v1/history?since=N`` and
-  ``/v1/cluster`` every 2 s);
-* **closed**: the browser shows ``about:blank`` (it stays running, idle), or the poller waits.
+* **closed**: no dashboard open (the browser, if any, shows ``about:blank``, idle);
+* **poller**: a thread of this script makes the page's requests on the page's schedule
+  (``/v1/history?since=N`` and ``/v1/cluster`` every 2 s): the node's cost with nothing else;
+* **browser**: a real headless Chromium (Debian's, through Playwright) shows node 0's dashboard
+  (left out with ``--no-browser`` or where there is no Chromium).
 
-The history sampler (one status read a second) runs in both: it is always on. Its own cost is
-timed apart, in this process, on a real status document of node 0.
+The history sampler (one status read a second) runs in every mode: it is always on. Its own
+cost is timed apart, in this process, on a real status document of node 0.
 
 Node 0's rate is ``training.samples`` over a window that starts and ends on a change of that
 counter (polled), so that it spans whole steps; CPU seconds of its daemon and its worker come
-from /proc. Two ratios open/closed per pair: samples per second (what the issue asks; on a
-machine shared with other people's jobs it swings by tens of per cent from one trial to the
-next), and samples per CPU-second of the node (daemon + worker): other jobs taking CPU 0 slow
-both samples and the node's CPU alike and cancel out, while CPU the daemon spends on the
-dashboard counts against it, so this one shows the dashboard's cost with far less noise.
-Placement (``--pin``, default with 2+ CPUs): node 0's daemon and its worker on CPU 0 (they
-share it: what the dashboard costs the daemon is taken from training), the other nodes, the
-browser and this script on the other CPUs ("other machines"). The figure is the median over
-pairs of open/closed.
+from /proc. Two ratios against *closed*, per round: samples per second (on a machine shared
+with other people's jobs it swings by tens of per cent from one trial to the next), and samples
+per CPU-second of the node (daemon + worker): other jobs taking CPU 0 slow samples and the
+node's CPU alike and cancel out, while CPU the daemon spends on the dashboard counts against
+it. Placement (``--pin``, default with 2+ CPUs): node 0's daemon and its worker on the first
+CPU (they share it: what the dashboard costs the daemon is taken from training), the other
+nodes, the browser and this script on the others ("other machines"). Figures: medians over
+the rounds.
 
-    .venv/bin/python scripts/bench_dashboard.py                       # ~8 min: 6 pairs of 30 s
-    .venv/bin/python scripts/bench_dashboard.py --pairs 2 --trial 10  # a quick look
-    .venv/bin/python scripts/bench_dashboard.py --write               # + docs/BENCHMARKS.md
+    .venv/bin/python scripts/bench_dashboard.py                          # ~13 min: 8 rounds of 3 x 30 s
+    .venv/bin/python scripts/bench_dashboard.py --rounds 1 --trial 5     # a quick look
+    .venv/bin/python scripts/bench_dashboard.py --write                  # + docs/BENCHMARKS.md
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +111,10 @@ class Browser:
 
     def open(self) -> None:
         self.page.goto(f"http://{self.addr}/")
-        self.page.wait_for_function("document.querySelectorAll('#cluster tbody tr').length >= 1", timeout=30_000)
+        # (polled from here: page.wait_for_function compiles its predicate in the page, which the
+        # page's CSP forbids)
+        wait_for(lambda: self.page.evaluate("document.querySelectorAll('#cluster tbody tr').length >= 1"), 30,
+                 "the dashboard to show the cluster")
 
     def close(self) -> None:
         self.page.goto("about:blank")
@@ -160,18 +161,30 @@ def sampler_cost(addr: str, n: int = 2000) -> float:
     return (time.perf_counter() - start) / n
 
 
+def summary(results: dict[str, list[dict[str, float]]], client: str) -> dict[str, Any]:
+    """Per round, ``client`` against closed: ratios of samples/s and of samples per node
+    CPU-second, and the daemon's extra CPU; their medians over the rounds."""
+    pairs = list(zip(results[client], results["closed"], strict=True))
+    out: dict[str, Any] = {
+        "rate": [o["rate"] / c["rate"] for o, c in pairs],
+        "per_cpu": [o["per_cpu_s"] / c["per_cpu_s"] for o, c in pairs],
+        "daemon_cpu": [o["daemon_cpu"] - c["daemon_cpu"] for o, c in pairs],
+    }
+    out.update({f"median_{k}": statistics.median(v) for k, v in list(out.items())})
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", type=int, default=6, help="open/closed pairs (default 6)")
+    ap.add_argument("--rounds", type=int, default=8, help="rounds of one trial per mode (default 8)")
     ap.add_argument("--trial", type=float, default=30.0, help="seconds per trial (default 30)")
-    ap.add_argument("--client", choices=("browser", "poller", "auto"), default="auto")
+    ap.add_argument("--no-browser", dest="browser", action="store_false",
+                    help="the poller only (also where there is no Chromium)")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="let every process run on any CPU")
     ap.add_argument("--port", type=int, default=7781)
     add_output_args(ap, SECTION)
     args = ap.parse_args()
-    client_kind = args.client
-    if client_kind == "auto":
-        client_kind = "browser" if Path(CHROMIUM).exists() else "poller"
+    args.browser = args.browser and Path(CHROMIUM).exists()
     cpus = sorted(os.sched_getaffinity(0))
     pin = args.pin and len(cpus) >= 2
     node_cpu, rest = ({cpus[0]}, set(cpus[1:])) if pin else (set(cpus), set(cpus))
@@ -182,8 +195,11 @@ def main() -> int:
         chosen = node_cpu if i == 0 else rest
         return (["taskset", "-c", ",".join(map(str, sorted(chosen)))] if pin else []), "127.0.0.1"
 
-    data = ["--data", "fashion-mnist"] if Path("/usr/share/datasets/fashion-mnist").exists() else ["--data", "synthetic"]
-    node_args = [*data, "--set", "training.max_samples=0", "--set", "exchange.peer_selection=ring"]
+    data = "fashion-mnist" if Path("/usr/share/datasets/fashion-mnist").exists() else "synthetic"
+    node_args = ["--data", data, "--set", "training.max_samples=0", "--set", "exchange.peer_selection=ring"]
+    modes = ["closed", "poller", *(["browser"] if args.browser else [])]
+    results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    errors: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
         cl = Cluster(Path(tmp), 3, lambda i: [*node_args, "--shard", f"{i}/3"], args.port, place)
         with cl:
@@ -191,62 +207,58 @@ def main() -> int:
             for n in cl.nodes:
                 n.wait_ready(timeout=180)
             wait_for(lambda: get_json(addr)["exchanges"]["done"] >= 3, 120, "node 0 to exchange")
-            client: Browser | Poller = Browser(addr) if client_kind == "browser" else Poller(addr)
-            results: dict[str, list[dict[str, float]]] = {"open": [], "closed": []}
-            ratios: list[float] = []
-            cpu_extra: list[float] = []  # daemon CPU open - closed, per pair (fraction of a core)
-            per_cpu: list[float] = []  # samples per node CPU-second, open / closed, per pair
+            clients: dict[str, Browser | Poller] = {"poller": Poller(addr)}
             try:
-                actions: dict[str, Callable[[], None]] = {"open": client.open, "closed": client.close}
-                for p in range(args.pairs):
-                    order = ("open", "closed") if p % 2 == 0 else ("closed", "open")
-                    got = {}
-                    for mode in order:
-                        actions[mode]()
-                        time.sleep(2.0)  # the page loaded, first polls done
-                        got[mode] = trial(addr, cl.nodes[0].pid, args.trial)
-                        results[mode].append(got[mode])
-                    ratios.append(got["open"]["rate"] / got["closed"]["rate"])
-                    cpu_extra.append(got["open"]["daemon_cpu"] - got["closed"]["daemon_cpu"])
-                    per_cpu.append(got["open"]["per_cpu_s"] / got["closed"]["per_cpu_s"])
-                    print(f"pair {p + 1}/{args.pairs}: open {got['open']['rate']:.1f} samples/s, closed "
-                          f"{got['closed']['rate']:.1f}, ratio {ratios[-1]:.4f}; per node CPU-second "
-                          f"{per_cpu[-1]:.4f}; daemon CPU {100 * cpu_extra[-1]:+.2f} %", flush=True)
+                if args.browser:
+                    clients["browser"] = Browser(addr)
+                for r in range(args.rounds):
+                    for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
+                        for name, c in clients.items():
+                            if name != mode:
+                                c.close()
+                        if mode in clients:
+                            clients[mode].open()
+                        time.sleep(2.0)  # the page loaded, its first polls done
+                        results[mode].append(trial(addr, cl.nodes[0].pid, args.trial))
+                    print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+                        f"{m} {results[m][-1]['rate']:.1f} samples/s, {results[m][-1]['per_cpu_s']:.1f}/CPU-s"
+                        for m in modes), flush=True)
                 per_sample = sampler_cost(addr)
             finally:
-                errors = client.errors if isinstance(client, Browser) else []
-                client.quit()
-    med = statistics.median(ratios)
+                if "browser" in clients:
+                    errors = clients["browser"].errors  # type: ignore[union-attr]
+                for c in clients.values():
+                    c.quit()
+
     def mid(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in results[mode])
 
     rows = [[mode, len(results[mode]), f"{mid(mode, 'rate'):.1f}", f"{mid(mode, 'per_cpu_s'):.1f}",
-             f"{100 * mid(mode, 'daemon_cpu'):.1f} %", f"{100 * mid(mode, 'worker_cpu'):.1f} %"]
-            for mode in ("closed", "open")]
-    med_cpu = statistics.median(per_cpu)
-    text = "\n".join([
+             f"{100 * mid(mode, 'daemon_cpu'):.2f} %", f"{100 * mid(mode, 'worker_cpu'):.1f} %"] for mode in modes]
+    sums = {m: summary(results, m) for m in modes[1:]}
+    what = {"poller": "a client making the page's requests on its schedule (a thread of the benchmark)",
+            "browser": "the dashboard open in a headless Chromium (Debian's, through Playwright)"}
+    lines = [
         SECTION, "",
-        f"`{command_line()}`", "",
-        f"{machine()}. A 3-node cluster ({data[1]}, ring, training without end); node 0's training rate "
-        f"with its dashboard open in {'a headless Chromium' if client_kind == 'browser' else 'a client polling like the page'} "
-        f"and with none open, {args.pairs} alternating pairs of {args.trial:.0f} s trials; "
-        + ("node 0 (daemon and worker) pinned to one CPU, everything else to the others." if pin
-           else "no CPU pinning."), "",
+        f"`{command_line()}` (`--write` puts this section here)", "",
+        f"{machine()}. A 3-node cluster ({data}, ring, training without end). Node 0's training with no "
+        f"dashboard open (*closed*), with {what['poller']} (*poller*)"
+        + (f" and with {what['browser']} (*browser*)" if args.browser else "")
+        + f": {args.rounds} rounds of one {args.trial:.0f} s trial per mode, each mode first in turn; "
+        + ("node 0 (daemon and worker) pinned to one CPU, the other nodes, the browser and the benchmark to the "
+           "other." if pin else "no CPU pinning."), "",
         table(["dashboard", "trials", "samples/s", "samples per node CPU-s", "daemon CPU", "worker CPU"], rows),
-        "", "(medians over the trials)", "",
-        f"Median ratio open/closed over the pairs, samples per node CPU-second: **{med_cpu:.4f}** (cost "
-        f"{100 * (1 - med_cpu):.2f} %; pairs: {', '.join(f'{r:.3f}' for r in per_cpu)}). "
-        f"Samples per second: {med:.4f} (pairs: {', '.join(f'{r:.3f}' for r in ratios)}). "
-        f"Node 0's daemon used {100 * statistics.median(cpu_extra):+.2f} % of a CPU more with the page open "
-        f"(median over the pairs): the dashboard's own cost, which training on a shared core can lose at most. "
-        f"The history sampler, always on, takes {per_sample * 1e6:.0f} µs a second "
-        f"({per_sample * 100:.3f} % of one CPU)."
-        + (f" Browser console errors: {len(errors)}." if client_kind == "browser" else ""),
-    ])
+        "", "Medians over the trials. Against *closed*, median over the rounds:", "",
+        table(["dashboard", "samples/s ratio", "per node CPU-s ratio", "daemon CPU, more"],
+              [[m, f"{v['median_rate']:.4f}", f"**{v['median_per_cpu']:.4f}**", f"{100 * v['median_daemon_cpu']:+.2f} %"]
+               for m, v in sums.items()]), "",
+        f"The history sampler (always on) takes {per_sample * 1e6:.0f} µs a second ({per_sample * 100:.3f} % of "
+        f"one CPU)." + (f" Browser console errors: {len(errors)}." if args.browser else ""),
+    ]
+    text = "\n".join(lines)
     print(text)
-    append_jsonl(args.jsonl, {"bench": "dashboard", "client": client_kind, "pin": pin, "trial_s": args.trial,
-                              "ratios": ratios, "median_ratio": med, "daemon_cpu_extra": cpu_extra,
-                              "per_cpu_ratios": per_cpu, "median_per_cpu_ratio": med_cpu, "trials": results, "sampler_s": per_sample})
+    append_jsonl(args.jsonl, {"bench": "dashboard", "pin": pin, "trial_s": args.trial, "data": data,
+                              "trials": results, "summary": sums, "sampler_s": per_sample})
     if args.write:
         write_section(text + "\n")
     return 0

@@ -57,6 +57,12 @@ def points(page: Any, chart: str) -> int:
     return int(page.eval_on_selector(f"#{chart}", "e => Number(e.dataset.points || 0)"))
 
 
+def wait_js(page: Any, expression: str, timeout: float, what: str, arg: Any = None) -> None:
+    """Poll a JavaScript expression until true. Not ``page.wait_for_function``: its polling
+    compiles the predicate inside the page, which the page's CSP (no 'unsafe-eval') forbids."""
+    wait_for(lambda: page.evaluate(expression, arg), timeout, what)
+
+
 @pytest.mark.timeout(240)
 def test_dashboard_shows_the_cluster_live(cluster: Any, browser: Any, tmp_path: Path) -> None:
     nodes = three_nodes(cluster)
@@ -73,7 +79,7 @@ def test_dashboard_shows_the_cluster_live(cluster: Any, browser: Any, tmp_path: 
 
     page.goto(f"http://{nodes[0].addr}/", wait_until="load")
     # All three nodes: a row each in the cluster table and a circle each in the exchange graph.
-    page.wait_for_function("document.querySelectorAll('#cluster tbody tr').length === 3", timeout=20_000)
+    wait_js(page, "document.querySelectorAll('#cluster tbody tr').length === 3", 20, "three rows")
     table = page.inner_text("#cluster tbody")
     for node_id in ids:
         assert node_id[:8] in table
@@ -82,12 +88,11 @@ def test_dashboard_shows_the_cluster_live(cluster: Any, browser: Any, tmp_path: 
     # Charts gain points while we watch (one a second on the node, fetched every two).
     charts = ["chart-loss", "chart-accuracy", "chart-rate", "chart-bytes"]
     before = {c: points(page, c) for c in charts}
-    page.wait_for_function(
-        "([names, before]) => names.every((n, i) => Number(document.getElementById(n).dataset.points) >= before[i] + 2)",
-        arg=[charts, [before[c] for c in charts]], timeout=20_000)
+    wait_js(page, "([names, before]) => names.every((n, i) => Number(document.getElementById(n).dataset.points) "
+            ">= before[i] + 2)", 20, "two more points on every chart", [charts, [before[c] for c in charts]])
     assert page.locator("#chart-loss polyline.series").count() == 1
     # The nodes exchange models: the graph has edges between them.
-    page.wait_for_function("document.querySelectorAll('#graph line.edge').length >= 2", timeout=20_000)
+    wait_js(page, "document.querySelectorAll('#graph line.edge').length >= 2", 20, "edges in the graph")
     assert page.locator("#members tbody tr").count() == 3
     assert page.is_hidden("#problem")
     shot = tmp_path / "dashboard.png"
