@@ -115,6 +115,11 @@ class ExchangeConfig:
     #: consensus phase, average once a second)
     consensus_tolerance: float = 0.01
     finish_interval: float = 0.1
+    #: a 304/503 answer slower than max(slow_answer x the peer's median answer time,
+    #: slow_answer_floor seconds) counts as a failed exchange: a peer that holds us until just
+    #: before the timeout with nothing to give is left out like one that does not answer
+    slow_answer: float = 3.0
+    slow_answer_floor: float = 0.5
 
 
 @dataclass
@@ -149,6 +154,13 @@ class HttpConfig:
     #: seconds a "nothing new" (304) answer waits for the next publish before it is sent;
     #: bounds what a peer polling flat out costs; keep it well under exchange.timeout
     not_modified_hold: float = 0.25
+    #: requests a second from one client IP (token bucket), bursts up to rate_burst; beyond
+    #: it 429 (0: no limit). Peers behind one address (NAT, one host) share it
+    rate_per_source: float = 200.0
+    rate_burst: float = 400.0
+    #: request bodies read at once, and bytes held for them; beyond either 503 (0: no limit)
+    max_body_reads: int = 8
+    max_inflight_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass
@@ -296,9 +308,10 @@ def parse_shard(value: str) -> tuple[int, int]:
 
 def validate(cfg: Config) -> None:
     """Check values whose type is right but whose meaning is wrong."""
+    # Both tables are torch-free: the daemon validates but never builds a model or compressor.
     from p2pnode import partition
-    from p2pnode.compression import registry
-    from p2pnode.models import MODEL_INPUTS
+    from p2pnode.compression import specs
+    from p2pnode.model_names import MODEL_INPUTS
 
     n, t, x, c = cfg.node, cfg.training, cfg.exchange, cfg.compression
     parse_hostport(n.listen, "node.listen")
@@ -347,7 +360,7 @@ def validate(cfg: Config) -> None:
     _choice("exchange.peer_selection", x.peer_selection, ("random", "ring", "exponential"))
     for key, sparse in (("gradient", False), ("publish", True)):
         try:
-            registry.validate(getattr(c, key), require_sparse=sparse)
+            specs.validate(getattr(c, key), require_sparse=sparse)
         except ValueError as exc:
             raise ConfigError(f"compression.{key}: {exc}") from None
     _choice("compression.gradient_memory", c.gradient_memory, ("none", "residual", "dgc"))
@@ -358,6 +371,10 @@ def validate(cfg: Config) -> None:
     _positive("http.max_request_bytes", cfg.http.max_request_bytes)
     _positive("http.max_payload_bytes", cfg.http.max_payload_bytes)
     _positive("http.not_modified_hold", cfg.http.not_modified_hold, allow_zero=True)
+    for key in ("rate_per_source", "rate_burst", "max_body_reads", "max_inflight_bytes"):
+        _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
+    _positive("exchange.slow_answer", x.slow_answer)
+    _positive("exchange.slow_answer_floor", x.slow_answer_floor)
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
     m = cfg.membership

@@ -12,13 +12,9 @@ import hashlib
 import torch
 from torch import nn
 
-#: input shape (channels, height, width) and class count each model expects
-MODEL_INPUTS: dict[str, tuple[int, int, int]] = {
-    "cnn": (1, 28, 28),
-    "resnet18": (3, 32, 32),
-    "vgg11": (3, 32, 32),
-    "vgg19": (3, 32, 32),
-}
+from p2pnode.model_names import MODEL_INPUTS
+
+__all__ = ["MODEL_INPUTS", "SmallCNN", "build_model", "fingerprint"]
 
 
 class SmallCNN(nn.Module):

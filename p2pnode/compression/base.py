@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from p2pnode.compression.specs import CompressionConfigError
 from p2pnode.compression.packing import ArraySpec, index_dtype, payload_bytes
 
 __all__ = [
@@ -30,10 +31,6 @@ __all__ = [
 ]
 
 Payload = dict[str, Any]
-
-
-class CompressionConfigError(ValueError):
-    """A compressor spec names an unknown compressor or carries a bad parameter."""
 
 
 @dataclass(frozen=True)
