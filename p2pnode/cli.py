@@ -50,6 +50,9 @@ def build_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
+    from p2pnode.daemon import early_signals
+
+    early_signals.install()  # SIGTERM from now on is a graceful stop, not a kill (docs/OPERATIONS.md)
     try:
         cfg = build_config(args)
     except ConfigError as exc:

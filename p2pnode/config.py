@@ -120,6 +120,11 @@ class ExchangeConfig:
     #: before the timeout with nothing to give is left out like one that does not answer
     slow_answer: float = 3.0
     slow_answer_floor: float = 0.5
+    #: a 304/503 answer slower than max(slow_answer x the peer's median answer time,
+    #: slow_answer_floor seconds) counts as a failed exchange: a peer that holds us until just
+    #: before the timeout with nothing to give is left out like one that does not answer
+    slow_answer: float = 3.0
+    slow_answer_floor: float = 0.5
 
 
 @dataclass
@@ -154,6 +159,13 @@ class HttpConfig:
     #: seconds a "nothing new" (304) answer waits for the next publish before it is sent;
     #: bounds what a peer polling flat out costs; keep it well under exchange.timeout
     not_modified_hold: float = 0.25
+    #: requests a second from one client IP (token bucket), bursts up to rate_burst; beyond
+    #: it 429 (0: no limit). Peers behind one address (NAT, one host) share it
+    rate_per_source: float = 200.0
+    rate_burst: float = 400.0
+    #: request bodies read at once, and bytes held for them; beyond either 503 (0: no limit)
+    max_body_reads: int = 8
+    max_inflight_bytes: int = 256 * 1024 * 1024
     #: requests a second from one client IP (token bucket), bursts up to rate_burst; beyond
     #: it 429 (0: no limit). Peers behind one address (NAT, one host) share it
     rate_per_source: float = 200.0
@@ -371,6 +383,10 @@ def validate(cfg: Config) -> None:
     _positive("http.max_request_bytes", cfg.http.max_request_bytes)
     _positive("http.max_payload_bytes", cfg.http.max_payload_bytes)
     _positive("http.not_modified_hold", cfg.http.not_modified_hold, allow_zero=True)
+    for key in ("rate_per_source", "rate_burst", "max_body_reads", "max_inflight_bytes"):
+        _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
+    _positive("exchange.slow_answer", x.slow_answer)
+    _positive("exchange.slow_answer_floor", x.slow_answer_floor)
     for key in ("rate_per_source", "rate_burst", "max_body_reads", "max_inflight_bytes"):
         _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
     _positive("exchange.slow_answer", x.slow_answer)

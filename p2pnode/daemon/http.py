@@ -1,8 +1,11 @@
 """The node's HTTP API (aiohttp): model exchange, status, metrics, health.
 
 ``GET /v1/model`` serves this node's public model (sparse delta since a version, a snapshot, or
-304); ``POST /v1/model`` lets a peer push a payload to be averaged in. Bodies over
-``http.max_request_bytes`` get 413 before anything is decoded; a payload the worker refuses
+304); ``POST /v1/model`` lets a peer push a payload to be averaged in. Every request passes the
+guard first (``p2pnode.net.guard``: a rate per client IP, 429 beyond; bodies read streaming
+under the endpoint's limit, 413 as soon as one passes it; bounded concurrent body reads and
+bytes, 503 beyond). A POST /v1/model body may be no larger than ``http.max_request_bytes``
+nor than a payload of this model can be; a payload the worker refuses
 gets 400 (malformed), 409 (no replica to apply a delta to) or 422 (another architecture,
 non-finite values), and changes nothing. A bad query (``?since=abc``, no ``?from=``) gets 400.
 Every refusal is counted in ``p2pnode_payloads_rejected_total`` by reason.
@@ -24,9 +27,13 @@ from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import ModelSource
 from p2pnode.net.client import MSGPACK
-from p2pnode.net.server import auth_middleware, error
+from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
+from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
 
 log = logging.getLogger("p2pnode.http")
+
+#: largest membership body the guard reads (SWIM's push-pull limit; each endpoint checks its own)
+MAX_MEMBERSHIP_BODY = 4 * 1024 * 1024
 
 REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422}
 
@@ -52,11 +59,40 @@ class HttpApi:
         self.healthy = healthy
         #: model payload bytes this node has served (status shows it; metrics count it too)
         self.bytes_served = 0
+        self.rate_buckets: TokenBuckets | None = None  # set by build_app
+        self.body_budget: BodyBudget | None = None
+
+    def post_limit(self) -> int:
+        """The largest POST /v1/model body: ``http.max_request_bytes``, and no more than a
+        payload of this model can be (a delta naming every element: 4-byte index and value
+        each, plus its header), so garbage stops long before that limit on a small model."""
+        limit = self.cfg.http.max_request_bytes
+        served = self.model.served
+        if served is not None:
+            spec = served.spec
+            limit = min(limit, 8 * spec.numel + 256 * len(spec.tensors) + 64 * 1024)
+        return limit
+
+    def body_limit(self, request: web.Request) -> int:
+        """The largest body the endpoint of ``request`` takes (the guard reads no more)."""
+        if request.path == "/v1/model":
+            return self.post_limit()
+        if request.path.startswith("/v1/membership/"):
+            return MAX_MEMBERSHIP_BODY
+        return MAX_MESSAGE
 
     def build_app(self, secret: bytes | None) -> web.Application:
-        middlewares = [auth_middleware(secret, self.cfg.http.max_request_bytes,
-                                       lambda reason: self.metrics.rejected.labels(reason).inc())] if secret else []
-        app = web.Application(client_max_size=self.cfg.http.max_request_bytes, middlewares=middlewares)
+        h = self.cfg.http
+        limits = GuardLimits(h.rate_per_source, h.rate_burst, h.max_body_reads, h.max_inflight_bytes)
+        def count(reason: str) -> None:
+            self.metrics.rejected.labels(reason).inc()
+
+        guard, self.rate_buckets, self.body_budget = guard_middleware(
+            limits, self.body_limit, count, unsigned_refusal(count) if secret else None)
+        middlewares = [guard]
+        if secret:
+            middlewares.append(auth_middleware(secret, h.max_request_bytes, count))
+        app = web.Application(client_max_size=h.max_request_bytes, middlewares=middlewares)
         app.router.add_get("/v1/model", self.get_model)
         app.router.add_post("/v1/model", self.post_model)
         app.router.add_get("/v1/status", self.get_status)
@@ -97,7 +133,7 @@ class HttpApi:
         return web.Response(body=result.body, content_type=MSGPACK, headers=headers)
 
     async def post_model(self, request: web.Request) -> web.StreamResponse:
-        limit = self.cfg.http.max_request_bytes
+        limit = self.post_limit()
         if request.content_length is not None and request.content_length > limit:
             self.metrics.rejected.labels("too-large").inc()
             return error(413, f"body over {limit} bytes")

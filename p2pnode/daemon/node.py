@@ -23,7 +23,7 @@ from aiohttp import web
 
 from p2pnode import __version__
 from p2pnode.config import Config, parse_hostport
-from p2pnode.daemon import dashboard, identity, notify
+from p2pnode.daemon import dashboard, early_signals, identity, notify
 from p2pnode.daemon.exchange import Exchange
 from p2pnode.daemon.http import HttpApi
 from p2pnode.daemon.metrics import NodeMetrics
@@ -216,6 +216,10 @@ class Node:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop_event.set)
+        if early_signals.requested() is not None:  # asked to stop while we were still importing
+            log.info("stop requested (signal %d) before the node started; exiting", early_signals.requested())
+            await self.client.close()
+            return 0
         sock = self._bind()
         bound_host, bound_port = sock.getsockname()[:2]
         self.addr = self.cfg.node.advertise or f"{bound_host}:{bound_port}"
@@ -228,7 +232,8 @@ class Node:
         app = self.api.build_app(self.secret)
         self.membership.add_routes(app)
         dashboard.install(app, self)  # GET /, /v1/history, /v1/cluster; its history sampler runs with the app
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # lingering_time: the unread rest of a refused body is drained for at most 1 s, not 10
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, lingering_time=1.0)
         await runner.setup()
         await web.SockSite(runner, sock, ssl_context=_server_ssl(self.cfg), shutdown_timeout=1.0).start()
         log.info("node %s listening on %s (state in %s)", self.node_id, self.addr, self.state_dir)

@@ -57,6 +57,22 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
     return middleware
 
 
+def unsigned_refusal(on_reject: Callable[[str], None] | None = None) -> Callable[[web.Request], web.Response | None]:
+    """For the guard's precheck: 401 for a request that needs a signature and carries none,
+    decided from its headers, before its body is read."""
+
+    def precheck(request: web.Request) -> web.Response | None:
+        if request.path in OPEN_PATHS or request.get(TOKEN_AUTHORIZED):
+            return None
+        if request.headers.get(HEADER_SIG) and request.headers.get(HEADER_TS):
+            return None
+        if on_reject is not None:
+            on_reject("unauthorized")
+        return error(401, "missing or bad signature")
+
+    return precheck
+
+
 def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 

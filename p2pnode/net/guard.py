@@ -1,0 +1,224 @@
+"""What a request may cost before anything reads it: per-source request rates and bounded bodies.
+
+Anyone who reaches the port can send requests, so the first middleware decides, from the
+headers and the source address alone, whether a request may cost this node anything:
+
+* **rate**: a token bucket per client IP (``http.rate_per_source`` requests a second, bursts of
+  ``http.rate_burst``). Beyond it the answer is 429 with ``Retry-After``, given after a short
+  pause (up to a second, at most ``MAX_TARPIT`` answers waiting at once), so a client that
+  waits for its answers, as pollers do, slows to about the allowed rate instead of spinning
+  this node's event loop on refusals. The table of sources is bounded (least recently seen
+  dropped first), so made-up sources cannot grow it.
+* **bodies**: a body is read here, streaming, under the endpoint's limit: a declared length
+  over it gets 413 before reading, a chunked body 413 as soon as it passes it, never read whole
+  first. At most ``http.max_body_reads`` bodies are read at once (half of them from one
+  address) and at most ``http.max_inflight_bytes`` bytes are held for them; beyond either the
+  answer is 503 with ``Retry-After``. A body that stalls for ``CHUNK_TIMEOUT`` seconds, or
+  takes over ``BODY_TIMEOUT`` in all, gets 408. The bytes stay reserved until the handler has
+  answered. The body is handed
+  on as ``request.read()``'s cached result, so the signature check and the handlers see it
+  without reading again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+#: paths never rate-limited: a supervisor's health check must not be refused for a flood
+UNLIMITED_PATHS = frozenset({"/healthz"})
+#: most refused requests held for their pause at once; beyond it refusals are immediate
+MAX_TARPIT = 1024
+#: longest pause before a 429
+MAX_PAUSE = 1.0
+#: seconds a body may go without a byte, and seconds its whole read may take (408 beyond)
+CHUNK_TIMEOUT = 10.0
+BODY_TIMEOUT = 120.0
+
+
+@dataclass
+class GuardLimits:
+    """The bounds (from ``[http]``); 0 switches a bound off."""
+
+    rate_per_source: float = 200.0
+    rate_burst: float = 400.0
+    max_body_reads: int = 8
+    max_inflight_bytes: int = 256 * 1024 * 1024
+    max_sources: int = 4096
+
+
+class TokenBuckets:
+    """One token bucket per key (client IP), in a table of at most ``max_keys`` entries."""
+
+    def __init__(self, rate: float, burst: float, max_keys: int = 4096) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def take(self, key: str, now: float | None = None) -> float:
+        """Take one token for ``key``: 0.0 if it had one, else the seconds until it will."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        tokens, at = self._buckets.pop(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        wait = 0.0
+        if tokens >= 1.0:
+            tokens -= 1.0
+        else:
+            wait = (1.0 - tokens) / self.rate
+        self._buckets[key] = (tokens, now)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+class BodyBudget:
+    """How many bodies are being read (in all, and per source: one address gets at most half
+    the reads, so a few slow senders cannot take every slot), and how many bytes are held."""
+
+    def __init__(self, max_reads: int, max_bytes: int) -> None:
+        self.max_reads = max_reads
+        self.max_bytes = max_bytes
+        self.reads = 0
+        self.bytes = 0
+        self.by_source: dict[str, int] = {}
+
+    def start(self, source: str) -> bool:
+        if self.max_reads > 0:
+            if self.reads >= self.max_reads or self.by_source.get(source, 0) >= max(1, self.max_reads // 2):
+                return False
+        self.reads += 1
+        self.by_source[source] = self.by_source.get(source, 0) + 1
+        return True
+
+    def end_read(self, source: str) -> None:
+        self.reads -= 1
+        left = self.by_source.pop(source) - 1
+        if left:
+            self.by_source[source] = left
+
+    def take(self, n: int) -> bool:
+        if self.max_bytes > 0 and self.bytes + n > self.max_bytes:
+            return False
+        self.bytes += n
+        return True
+
+    def release(self, n: int) -> None:
+        self.bytes -= n
+
+
+class BodyRefused(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+async def read_bounded(request: web.Request, limit: int, budget: BodyBudget) -> tuple[bytes, int]:
+    """Read the body under ``limit`` and ``budget``; return it and the bytes reserved for it
+    (to release when the request is done). Raises BodyRefused; reserves nothing then."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise BodyRefused(413, "too-large", f"body over {limit} bytes")
+    reserved = 0
+    try:
+        if declared is not None:
+            if not budget.take(declared):
+                raise BodyRefused(503, "busy", "too many request bytes in flight; retry later")
+            reserved = declared
+        buf = bytearray()
+        deadline = asyncio.get_running_loop().time() + BODY_TIMEOUT
+        while True:
+            async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + CHUNK_TIMEOUT)):
+                chunk = await request.content.readany()
+            if not chunk:
+                break
+            buf += chunk
+            if len(buf) > limit:
+                raise BodyRefused(413, "too-large", f"body over {limit} bytes")
+            if len(buf) > reserved:
+                if not budget.take(len(buf) - reserved):
+                    raise BodyRefused(503, "busy", "too many request bytes in flight; retry later")
+                reserved = len(buf)
+        return bytes(buf), reserved
+    except BaseException:
+        budget.bytes -= reserved
+        raise
+
+
+def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], int],
+                     on_reject: Callable[[str], None] | None = None,
+                     precheck: Callable[[web.Request], web.StreamResponse | None] | None = None,
+                     ) -> tuple[Any, TokenBuckets, BodyBudget]:
+    """The middleware (first in the chain), with its bucket table and body budget (for tests
+    and metrics). ``body_limit(request)`` is the largest body the endpoint takes;
+    ``on_reject(reason)`` ("rate-limited", "too-large", "busy", "slow-body") counts refusals;
+    ``precheck(request)`` may refuse from the headers before any body is read (the signature
+    check: an unsigned request's body is never read)."""
+    buckets = TokenBuckets(limits.rate_per_source, limits.rate_burst, limits.max_sources)
+    budget = BodyBudget(limits.max_body_reads, limits.max_inflight_bytes)
+    paused = 0
+
+    def refuse(status: int, reason: str, message: str, retry_after: float = 1.0) -> web.Response:
+        if on_reject is not None:
+            on_reject(reason)
+        resp = web.json_response({"error": message}, status=status,
+                                 headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
+        if status != 429:
+            resp.force_close()  # the rest of an unread body is not worth keeping the connection for
+        return resp
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        nonlocal paused
+        if request.path not in UNLIMITED_PATHS:
+            wait = buckets.take(request.remote or "?")
+            if wait > 0:
+                if paused < MAX_TARPIT:
+                    paused += 1
+                    try:
+                        await asyncio.sleep(min(MAX_PAUSE, wait))
+                    finally:
+                        paused -= 1
+                return refuse(429, "rate-limited", "too many requests from this address", wait)
+        if precheck is not None:
+            refusal = precheck(request)
+            if refusal is not None:
+                return refusal
+        if not request.body_exists:
+            return await handler(request)
+        source = request.remote or "?"
+        if not budget.start(source):
+            return refuse(503, "busy", "too many request bodies being read; retry later")
+        reserved = 0
+        try:
+            try:
+                body, reserved = await read_bounded(request, min(body_limit(request), request.client_max_size),
+                                                    budget)
+            except BodyRefused as exc:
+                return refuse(exc.status, exc.reason, str(exc))
+            except TimeoutError:
+                return refuse(408, "slow-body", "request body too slow")
+            finally:
+                budget.end_read(source)
+            # aiohttp's request.read() returns this cached copy from now on (signature check,
+            # handlers), so nothing reads the stream a second time
+            request._read_bytes = body  # type: ignore[attr-defined]
+            return await handler(request)
+        finally:
+            budget.release(reserved)
+
+    return middleware, buckets, budget
