@@ -53,8 +53,11 @@ def cmd_start(args: argparse.Namespace) -> int:
     from p2pnode.daemon import early_signals
 
     early_signals.install()  # SIGTERM from now on is a graceful stop, not a kill (docs/OPERATIONS.md)
+    from p2pnode import preflight
+
     try:
         cfg = build_config(args)
+        preflight.check(cfg)  # files, state dir, port: before anything is written
     except ConfigError as exc:
         print(f"p2pnode: config error: {exc}", file=sys.stderr)
         return 2

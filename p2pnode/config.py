@@ -8,6 +8,8 @@ line saying which key and why; the CLI prints it and exits with code 2.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +20,23 @@ class ConfigError(ValueError):
     """A configuration problem, worded for the person who wrote the file."""
 
 
+#: a host name or IPv4 address, or an IPv6 address in brackets (with an optional zone)
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]")
+
+
 def parse_hostport(value: str, key: str = "address") -> tuple[str, int]:
+    """``HOST:PORT`` only: no scheme, no path, one address (a mistaken ``http://h:p`` or
+    ``a:1,b:2`` is refused here, not 18 s later when the join fails)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{key}: {value!r} is not HOST:PORT")
+    if not sep or not _HOST.fullmatch(host) or not port.isdigit() or not 0 <= int(port) <= 65535:
+        hint = ""
+        if "://" in value:
+            hint = " (no scheme: write HOST:PORT; TLS is node.tls_cert)"
+        elif "," in value or " " in value.strip():
+            hint = " (one address each: repeat --seed, or a TOML list)"
+        elif ":" in host and not host.startswith("["):
+            hint = " (an IPv6 address goes in brackets: [::1]:7070)"
+        raise ConfigError(f"{key}: {value!r} is not HOST:PORT{hint}")
     return host.strip("[]"), int(port)
 
 
@@ -120,11 +135,6 @@ class ExchangeConfig:
     #: before the timeout with nothing to give is left out like one that does not answer
     slow_answer: float = 3.0
     slow_answer_floor: float = 0.5
-    #: a 304/503 answer slower than max(slow_answer x the peer's median answer time,
-    #: slow_answer_floor seconds) counts as a failed exchange: a peer that holds us until just
-    #: before the timeout with nothing to give is left out like one that does not answer
-    slow_answer: float = 3.0
-    slow_answer_floor: float = 0.5
 
 
 @dataclass
@@ -159,13 +169,6 @@ class HttpConfig:
     #: seconds a "nothing new" (304) answer waits for the next publish before it is sent;
     #: bounds what a peer polling flat out costs; keep it well under exchange.timeout
     not_modified_hold: float = 0.25
-    #: requests a second from one client IP (token bucket), bursts up to rate_burst; beyond
-    #: it 429 (0: no limit). Peers behind one address (NAT, one host) share it
-    rate_per_source: float = 200.0
-    rate_burst: float = 400.0
-    #: request bodies read at once, and bytes held for them; beyond either 503 (0: no limit)
-    max_body_reads: int = 8
-    max_inflight_bytes: int = 256 * 1024 * 1024
     #: requests a second from one client IP (token bucket), bursts up to rate_burst; beyond
     #: it 429 (0: no limit). Peers behind one address (NAT, one host) share it
     rate_per_source: float = 200.0
@@ -237,20 +240,27 @@ def _coerce(section: str, key: str, value: Any, typ: Any) -> Any:
     if typ is int:
         if isinstance(value, bool):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
+            value = int(value)
+        if isinstance(value, int):
+            if not -(2**63) <= value < 2**63:  # travels to the worker as a 64-bit integer
+                raise ConfigError(f"{where}: {value} is out of range (64-bit integer)")
+            return value
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
     if typ is float:
+        number: float | None = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if number is None:
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(number):  # inf or nan: never a meaningful step size, timeout or interval
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+        return number
     if typ is str:
         if isinstance(value, str):
             return value
@@ -309,6 +319,10 @@ def _choice(where: str, value: str, choices: tuple[str, ...]) -> None:
 def _positive(where: str, value: float, allow_zero: bool = False) -> None:
     if value < 0 or (value == 0 and not allow_zero) or value != value:
         raise ConfigError(f"{where}: must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+#: the longest timeout or interval accepted, seconds: anything longer is a typo, not a plan
+MAX_SECONDS = 86400
 
 
 def parse_shard(value: str) -> tuple[int, int]:
@@ -387,12 +401,14 @@ def validate(cfg: Config) -> None:
         _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
     _positive("exchange.slow_answer", x.slow_answer)
     _positive("exchange.slow_answer_floor", x.slow_answer_floor)
-    for key in ("rate_per_source", "rate_burst", "max_body_reads", "max_inflight_bytes"):
-        _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
-    _positive("exchange.slow_answer", x.slow_answer)
-    _positive("exchange.slow_answer_floor", x.slow_answer_floor)
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
+    for where, seconds in (("exchange.timeout", x.timeout), ("exchange.finish_interval", x.finish_interval),
+                           ("checkpoint.interval", cfg.checkpoint.interval),
+                           ("membership.gossip_interval", cfg.membership.gossip_interval),
+                           ("membership.timeout", cfg.membership.timeout)):
+        if seconds > MAX_SECONDS:
+            raise ConfigError(f"{where}: {seconds:g} s is more than a day ({MAX_SECONDS} s)")
     m = cfg.membership
     _choice("membership.protocol", m.protocol, ("simple", "swim"))
     _choice("membership.profile", m.profile, ("lan", "wan"))

@@ -1,0 +1,91 @@
+"""Checks of the world a configuration names, run by ``p2pnode start`` before anything is written.
+
+:func:`p2pnode.config.validate` judges values; this judges what they point at: files that must
+exist and load (secret, dashboard token, TLS certificate, key and CA), a state directory that
+can be written, and a listen address that can be bound. Each failure is a :class:`ConfigError`
+naming the key and the file or address, so the CLI prints one line and exits 2 — an exit code
+systemd's ``RestartPreventExitStatus=2`` does not restart, as no restart can fix it. Before this
+a missing secret file exited 1 ("No such file or directory", no name) and was restarted every
+5 s forever, and a busy port was found only after the state directory had been created.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import ssl
+from pathlib import Path
+
+from p2pnode.config import Config, ConfigError, parse_hostport
+
+
+def _readable(key: str, path: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{key}: {path} does not exist")
+    if not p.is_file():
+        raise ConfigError(f"{key}: {path} is not a file")
+    if not os.access(p, os.R_OK):
+        raise ConfigError(f"{key}: {path} is not readable by this user")
+    return p
+
+
+def check_files(cfg: Config) -> None:
+    n = cfg.node
+    for key in ("secret_file", "dashboard_token_file"):
+        path = getattr(n, key)
+        if path and not _readable(f"node.{key}", path).read_bytes().strip():
+            raise ConfigError(f"node.{key}: {path} is empty")
+    for key in ("tls_cert", "tls_key", "tls_ca"):
+        if getattr(n, key):
+            _readable(f"node.{key}", getattr(n, key))
+    if n.tls_cert:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(n.tls_cert, n.tls_key)
+        except (ssl.SSLError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc)
+            raise ConfigError(f"node.tls_cert: {n.tls_cert} with key {n.tls_key} does not load: {reason}") from None
+        ca = n.tls_ca or n.tls_cert
+        try:
+            ssl.create_default_context(cafile=ca)
+        except (ssl.SSLError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc)
+            raise ConfigError(f"node.tls_ca: {ca} does not load as a CA bundle: {reason}") from None
+
+
+def check_state_dir(cfg: Config) -> None:
+    """The state directory, or the nearest folder that exists above it, must be writable."""
+    path = Path(cfg.node.state_dir).absolute()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"node.state_dir: {cfg.node.state_dir} exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"node.state_dir: {cfg.node.state_dir} cannot be written ({probe} is not writable)")
+
+
+def check_listen(cfg: Config) -> None:
+    """Bind the listen address once and let go: a busy port is named now, before the state
+    directory or the worker exist. (Another process may take the port in between; the node's
+    own bind then fails with exit 1.)"""
+    host, port = parse_hostport(cfg.node.listen, "node.listen")
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the node binds
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(f"node.listen: {cfg.node.listen} is already in use by another process") from None
+            raise ConfigError(f"node.listen: cannot bind {cfg.node.listen}: {exc.strerror or exc}") from None
+
+
+def check(cfg: Config) -> None:
+    """Everything above, files first (cheapest to fix), the port last."""
+    check_files(cfg)
+    check_state_dir(cfg)
+    check_listen(cfg)
