@@ -171,7 +171,9 @@ class WorkerSupervisor:
         snap = await asyncio.to_thread(decode, msg.snapshot, None, len(msg.snapshot))
         assert isinstance(snap, Snapshot)
         spec = ModelSpec(snap.header.fingerprint, list(snap.header.specs))
-        served = ServedModel(spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size)
+        # snapshots kept up to 1 s across publishes: a flood of ?since=0 costs one encoding a second
+        served = ServedModel(spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size,
+                             snapshot_max_age=1.0)
         await asyncio.to_thread(served.reset, msg.snapshot)
         self.model.served = served
         self.model.changed()

@@ -12,7 +12,11 @@ worker. Three answers, cheapest first:
   the indices touched since ``since`` carrying the *current* x̂ values there. A summed ("add")
   merge would round differently from the one-by-one additions the server made; setting the
   current values makes every replica bit-equal to x̂, at the same size;
-* anything else (no/unknown/too old ``since``, other epoch): a full snapshot, cached per version.
+* anything else (no/unknown/too old ``since``, other epoch): a full snapshot, cached per version,
+  and with ``snapshot_max_age`` > 0 (the daemon's choice) kept for that long across newer
+  versions while its version is still in the log: a replica built from it is brought up to
+  date by the next delta, and a stream of snapshot requests costs one encoding per
+  ``snapshot_max_age`` instead of one per published version.
 
 Thread safety: one publisher thread and any number of server threads (``asyncio.to_thread``)
 share one lock; decoding happens outside it, applying and encoding inside it. The event loop
@@ -22,6 +26,7 @@ may call :meth:`ServedModel.serve_now`, which only tries the lock and never enco
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import islice
@@ -65,7 +70,7 @@ class ServedModel:
     ``log_bytes`` bytes (raw payload bytes plus kept indices)."""
 
     def __init__(self, spec: ModelSpec, node_id: str, epoch: str, log_size: int = 64,
-                 log_bytes: int = 64 * MiB, merge_cache: int = 8) -> None:
+                 log_bytes: int = 64 * MiB, merge_cache: int = 8, snapshot_max_age: float = 0.0) -> None:
         self.spec = spec
         self.node_id = node_id
         self.log_size = log_size
@@ -80,7 +85,9 @@ class ServedModel:
         self._ready = False
         self._log: deque[_LogEntry] = deque()
         self._log_nbytes = 0
+        self.snapshot_max_age = snapshot_max_age
         self._snapshot: tuple[int, bytes] | None = None
+        self._snapshot_at = 0.0  # time.monotonic() of the cached snapshot's encoding
         self._merged: OrderedDict[int, bytes] = OrderedDict()
 
     # -- state --------------------------------------------------------------------------
@@ -162,7 +169,8 @@ class ServedModel:
             while self._log and (len(self._log) > self.log_size
                                  or self._log_nbytes > self.log_bytes):
                 self._log_nbytes -= self._log.popleft().nbytes
-            self._snapshot = None
+            if self._snapshot is not None and not self._reusable(self._snapshot[0]):
+                self._snapshot = None
             self._merged.clear()
             return self._version
 
@@ -204,11 +212,19 @@ class ServedModel:
                 oldest_base = self._log[0].version - 1 if self._log else v
                 if oldest_base <= since < v:
                     return ServeResult(200, self._merged_since(since), "delta", v)
-            if self._snapshot is None or self._snapshot[0] != v:
+            if self._snapshot is None or (self._snapshot[0] != v and not self._reusable(self._snapshot[0])):
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,
                                           base_version=-1, step=self._step, loss=self._loss)
                 self._snapshot = (v, encode(Snapshot(header, self._x)))
-            return ServeResult(200, self._snapshot[1], "snapshot", v)
+                self._snapshot_at = time.monotonic()
+            return ServeResult(200, self._snapshot[1], "snapshot", self._snapshot[0])
+
+    def _reusable(self, version: int) -> bool:
+        """Whether the cached snapshot of ``version`` may still be served: young enough, and a
+        delta from it still in the log. Caller holds the lock."""
+        if self.snapshot_max_age <= 0 or time.monotonic() - self._snapshot_at > self.snapshot_max_age:
+            return False
+        return bool(self._log) and self._log[0].version - 1 <= version
 
     def _merged_since(self, since: int) -> bytes:
         """A "set" delta from ``since`` to now; caller holds the lock."""
