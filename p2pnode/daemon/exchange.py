@@ -35,6 +35,7 @@ from p2pnode.daemon.state import StepClock
 from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
+from p2pnode.net.deadline import SlowAnswers
 from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP
 
 log = logging.getLogger("p2pnode.exchange")
@@ -90,6 +91,8 @@ class Exchange:
         self.totals = ExchangeTotals()
         self.selector = PeerSelector(cfg.exchange.peer_selection, node_id, random.Random())
         self.round = 0
+        #: slow 304/503 answers count as failures (p2pnode/net/deadline.py)
+        self.slow = SlowAnswers(cfg.exchange.slow_answer, cfg.exchange.slow_answer_floor, cfg.http.not_modified_hold)
         # A node joining with no checkpoint adopts the first peer model it gets (weight 1).
         self.bootstrap_pending = bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
         self.bootstrapped_from: str | None = None
@@ -148,6 +151,10 @@ class Exchange:
         latency = time.monotonic() - started
         self.metrics.exchange_seconds.observe(latency)
         rec.last_latency = latency
+        if resp.status in (304, 503) and self.slow.too_slow(peer.node_id, latency, resp.status):
+            deadline = self.slow.deadline(peer.node_id, resp.status)
+            self._failed(peer, rec, "slow", f"HTTP {resp.status} after {latency:.2f} s (deadline {deadline:.2f} s)")
+            return False
         if resp.status == 304:
             self._succeeded(peer, rec)
             self.totals.not_modified += 1
@@ -160,6 +167,7 @@ class Exchange:
         if resp.status != 200:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
+        self.slow.useful(peer.node_id, latency)
         rec.bytes_received += len(resp.body)
         self.totals.bytes_received += len(resp.body)
         self.metrics.bytes_received.inc(len(resp.body))

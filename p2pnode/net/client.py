@@ -1,7 +1,8 @@
 """The one HTTP client a node uses to talk to peers.
 
 One keep-alive ``aiohttp.ClientSession`` for the node's life; every call has an explicit
-total timeout; requests are signed when a cluster secret is set. Errors come out as
+total timeout; requests are signed when a cluster secret is set; redirects are not followed
+(a 3xx is handed back as the answer, which callers treat as a failure). Errors come out as
 ``PeerError`` so callers handle one exception type.
 """
 
@@ -78,7 +79,9 @@ class PeerClient:
         url = f"{self.scheme}://{addr}{path_qs}"
         try:
             async with asyncio.timeout(timeout):
-                async with self._session.request(method, url, data=body or None, headers=headers) as resp:
+                # redirects are answers, never followed: a peer must not aim us at a third party
+                async with self._session.request(method, url, data=body or None, headers=headers,
+                                                 allow_redirects=False) as resp:
                     declared = resp.content_length
                     if declared is not None and declared > self._max_body:
                         raise PeerError(f"{addr}: body of {declared} bytes is over the limit")
