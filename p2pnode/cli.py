@@ -168,9 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--secret-file", metavar="FILE", help="the cluster secret, for a node that requires signatures")
     st.add_argument("--token-file", metavar="FILE", help="or the node's read-only dashboard token")
     st.add_argument("--cafile", metavar="FILE", help="CA bundle for https:// (default: the system's)")
+    ins = sub.add_parser("install-service", help="install the systemd unit, /etc/p2pnode/node.toml and the docs",
+                         description="Install p2pnode.service, the reference node.toml (an existing one is kept) "
+                                     "and the docs where the unit names them (docs/OPERATIONS.md).")
+    ins.add_argument("--root", default="/", metavar="DIR", help="install under DIR instead of / (staging, tests)")
+    ins.add_argument("--exec", dest="exe", metavar="PATH",
+                     help="the p2pnode the unit runs (default: this virtual environment's, else /usr/local/bin/p2pnode)")
     args = parser.parse_args(argv)
     if args.command == "start":
         return cmd_start(args)
+    if args.command == "install-service":
+        from p2pnode import install
+
+        return install.main(args.root, args.exe)
     return cmd_status(args)
 
 
