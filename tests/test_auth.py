@@ -14,7 +14,7 @@ import pytest
 
 from nodes import STUB, wait_for
 from daemon_util import http_request, metrics_text, sample_value
-from p2pnode.net.auth import HEADER_SIG, HEADER_TS, sign, verify
+from p2pnode.net.auth import HEADER_NONCE, HEADER_SIG, HEADER_TS, sign, verify
 
 SECRET = b"correct horse battery staple"
 
@@ -23,7 +23,7 @@ SECRET = b"correct horse battery staple"
 
 def test_sign_then_verify() -> None:
     headers = sign(SECRET, "post", "/v1/model?from=abc", b"payload")
-    assert set(headers) == {HEADER_SIG, HEADER_TS}
+    assert set(headers) == {HEADER_SIG, HEADER_TS, HEADER_NONCE}
     assert verify(SECRET, "POST", "/v1/model?from=abc", b"payload", headers)
     assert verify(SECRET, "post", "/v1/model?from=abc", b"payload", headers)  # method case does not matter
 

@@ -1,7 +1,8 @@
 """The one HTTP client a node uses to talk to peers.
 
 One keep-alive ``aiohttp.ClientSession`` for the node's life; every call has an explicit
-total timeout; requests are signed when a cluster secret is set; redirects are not followed
+total timeout; with a cluster secret requests are signed and answers checked (an answer whose
+signature does not match is a PeerError); redirects are not followed
 (a 3xx is handed back as the answer, which callers treat as a failure). Errors come out as
 ``PeerError`` so callers handle one exception type.
 """
@@ -15,7 +16,7 @@ from typing import Any
 import aiohttp
 import msgpack
 
-from p2pnode.net.auth import sign
+from p2pnode.net.auth import HEADER_SIG, sign, verify_response
 
 MSGPACK = "application/msgpack"
 
@@ -74,8 +75,11 @@ class PeerClient:
         self.open()
         assert self._session is not None
         headers = {"Content-Type": content_type} if body else {}
+        request_sig = ""
         if self._secret:
-            headers.update(sign(self._secret, method, path_qs, body))
+            signed = sign(self._secret, method, path_qs, body)
+            request_sig = signed[HEADER_SIG]
+            headers.update(signed)
         url = f"{self.scheme}://{addr}{path_qs}"
         try:
             async with asyncio.timeout(timeout):
@@ -92,6 +96,10 @@ class PeerClient:
                             raise PeerError(f"{addr}: body over the limit of {self._max_body} bytes")
                         chunks.append(chunk)
                     data = b"".join(chunks)
+                    if self._secret and not verify_response(self._secret, request_sig, resp.status, data,
+                                                            resp.headers):
+                        raise PeerError(f"{addr}{path_qs}: answer not signed with the cluster secret "
+                                        f"(HTTP {resp.status}; altered on the way, or not a member)")
                     self.bytes_sent += len(body)
                     self.bytes_received += len(data)
                     return Response(resp.status, data, dict(resp.headers))

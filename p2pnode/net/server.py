@@ -9,7 +9,7 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from p2pnode.net.auth import HEADER_SIG, HEADER_TS, verify
+from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, HEADER_TS, ReplayCache, sign_response, verify
 from p2pnode.net.client import MSGPACK
 
 log = logging.getLogger("p2pnode.http")
@@ -26,17 +26,20 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 def auth_middleware(secret: bytes, max_body: int | None = None,
                     on_reject: Callable[[str], None] | None = None) -> Any:
-    """Reject unsigned or badly signed requests before any body is decoded.
+    """Reject unsigned, badly signed or replayed requests before any body is decoded, and sign
+    every answer to a signed request (``X-P2P-Response-Signature``, p2pnode.net.auth).
 
     A request with no signature headers, or declaring a body over ``max_body``, is refused from
     its headers alone, before its body is read. ``on_reject(reason)`` ("unauthorized",
-    "too-large") lets the caller count refusals.
+    "replayed", "too-large") lets the caller count refusals.
     """
 
     def refuse(status: int, reason: str, message: str) -> web.Response:
         if on_reject is not None:
             on_reject(reason)
         return error(status, message)
+
+    replays = ReplayCache()
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -47,12 +50,24 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
         if max_body is not None and request.content_length is not None and request.content_length > max_body:
             return refuse(413, "too-large", f"body over {max_body} bytes")
         try:
-            body = await request.read()  # bounded by client_max_size
+            body = await request.read()  # read already by the guard, under the endpoint's limit
         except web.HTTPRequestEntityTooLarge:
             return refuse(413, "too-large", f"body over {request.client_max_size} bytes")
         if not verify(secret, request.method, request.path_qs, body, request.headers):
             return refuse(401, "unauthorized", "missing or bad signature")
-        return await handler(request)
+        request_sig = request.headers[HEADER_SIG]
+        if not replays.fresh(request_sig, int(request.headers[HEADER_TS])):
+            return refuse(401, "replayed", "request seen before (replayed)")
+        try:
+            resp = await handler(request)
+        except web.HTTPException as exc:  # aiohttp 3: an answer raised, signed like any other
+            exc.headers[HEADER_RESPONSE_SIG] = sign_response(secret, request_sig, exc.status, exc.body or b"")
+            raise
+        if isinstance(resp, web.Response):
+            raw = resp.body
+            if isinstance(raw, (bytes, bytearray)) or raw is None:
+                resp.headers[HEADER_RESPONSE_SIG] = sign_response(secret, request_sig, resp.status, bytes(raw or b""))
+        return resp  # a streamed answer goes unsigned, and a client with the secret refuses it
 
     return middleware
 
