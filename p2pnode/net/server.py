@@ -61,7 +61,9 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
         try:
             resp = await handler(request)
         except web.HTTPException as exc:  # aiohttp 3: an answer raised, signed like any other
-            exc.headers[HEADER_RESPONSE_SIG] = sign_response(secret, request_sig, exc.status, exc.body or b"")
+            raw_exc = exc.body
+            if isinstance(raw_exc, (bytes, bytearray)) or raw_exc is None:
+                exc.headers[HEADER_RESPONSE_SIG] = sign_response(secret, request_sig, exc.status, bytes(raw_exc or b""))
             raise
         if isinstance(resp, web.Response):
             raw = resp.body
