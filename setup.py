@@ -17,7 +17,8 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 #: repository path -> path under p2pnode/_dist/
 SHIPPED = {"conf/node.toml": "conf/node.toml", "systemd/p2pnode.service": "systemd/p2pnode.service",
-           "README.md": "doc/README.md", "LICENSE": "doc/LICENSE", "CHANGELOG.md": "doc/CHANGELOG.md"}
+           "README.md": "doc/README.md", "LICENSE": "doc/LICENSE", "CHANGELOG.md": "doc/CHANGELOG.md",
+           "conf/p2pnode-alerts.yml": "doc/p2pnode-alerts.yml", "conf/grafana-dashboard.json": "doc/grafana-dashboard.json"}
 
 
 class BuildWithOperatorFiles(build_py):

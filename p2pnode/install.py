@@ -38,7 +38,8 @@ def shipped() -> Shipped:
     if dist.is_dir():
         return Shipped(dist / "systemd" / UNIT_NAME, dist / "conf" / "node.toml", sorted((dist / "doc").iterdir()))
     top = Path(__file__).resolve().parents[1]
-    docs = [top / "README.md", top / "LICENSE", top / "CHANGELOG.md", *sorted((top / "docs").glob("*.md"))]
+    docs = [top / "README.md", top / "LICENSE", top / "CHANGELOG.md", top / "conf" / "p2pnode-alerts.yml",
+            top / "conf" / "grafana-dashboard.json", *sorted((top / "docs").glob("*.md"))]
     return Shipped(top / "systemd" / UNIT_NAME, top / "conf" / "node.toml", [d for d in docs if d.exists()])
 
 

@@ -61,7 +61,8 @@ def test_install_service_from_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:
     assert config.read_text() == (ROOT / "conf/node.toml").read_text()
     assert (root / docs.group(1).lstrip("/")).read_text() == (ROOT / "docs/OPERATIONS.md").read_text()
     doc_dir = (root / docs.group(1).lstrip("/")).parent
-    assert {"README.md", "LICENSE", "CHANGELOG.md", "node.toml.example"} <= {p.name for p in doc_dir.iterdir()}
+    assert {"README.md", "LICENSE", "CHANGELOG.md", "node.toml.example", "p2pnode-alerts.yml",
+            "grafana-dashboard.json"} <= {p.name for p in doc_dir.iterdir()}
 
     # Again: the operator's edited node.toml is kept, the unit is the release's.
     config.write_text("# mine\n")

@@ -123,7 +123,7 @@ class WorkerSupervisor:
                 s.first_step_at = now
             if msg.done and s.done_at is None:
                 s.done_at = now
-            self.metrics.nonfinite.inc(max(0, msg.nonfinite - s.nonfinite))
+            self.metrics.note_nonfinite(max(0, msg.nonfinite - s.nonfinite))  # and the diverging gauge
             self.metrics.lr.set(msg.lr)
             s.step, s.samples, s.loss, s.done, s.lr = msg.step, msg.samples, msg.loss, msg.done, msg.lr
             s.nonfinite = msg.nonfinite

@@ -226,7 +226,7 @@ def test_events_for_leave_and_recover() -> None:
             kinds.append(events.get_nowait().kind)
         assert kinds == [EventKind.JOIN, EventKind.FAIL, EventKind.RECOVER, EventKind.LEAVE]
         assert value(node, "p2pnode_membership_leaves_total") == 1
-        assert value(node, "p2pnode_membership_members", state="left") == 1
+        assert node.metrics.member_counts.get(MemberState.LEFT) == 1
 
     run_virtual(main)
 

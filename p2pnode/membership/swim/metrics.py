@@ -38,7 +38,8 @@ class SwimMetrics:
         self.bytes_sent = Counter(p + "sent_bytes", "Encoded membership message bytes sent", registry=r)
         self.bytes_received = Counter(p + "received_bytes", "Encoded membership message bytes received",
                                       registry=r)
-        self.members = Gauge(p + "members", "Members known here, by state", ["state"], registry=r)
+        # Members by state are the node's p2pnode_members (both protocols); no second gauge here.
+        self.member_counts: dict[MemberState, int] = {}
         self.health = Gauge(p + "health_score", "Local health (Lifeguard awareness) score; 0 is healthy",
                             registry=r)
         self.incarnation = Gauge(p + "incarnation", "This node's incarnation number", registry=r)
@@ -84,5 +85,4 @@ class SwimMetrics:
             self.bytes_received.inc(size)
 
     def set_members(self, counts: dict[MemberState, int]) -> None:
-        for state, n in counts.items():
-            self.members.labels(str(state)).set(n)
+        self.member_counts = dict(counts)
