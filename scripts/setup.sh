@@ -46,3 +46,12 @@ if [ "${P2PNODE_TEST_TOOLS:-0}" = 1 ] && { [ ! -x /usr/bin/chromium ] || ! comma
     echo "chromium or tmux missing (apt-get install chromium tmux): their tests will be skipped" >&2
   fi
 fi
+# promtool (Debian package prometheus) checks conf/p2pnode-alerts.yml in tests/test_alert_rules.py.
+if [ "${P2PNODE_TEST_TOOLS:-0}" = 1 ] && ! command -v promtool >/dev/null; then
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null || \
+      echo "could not install prometheus (promtool): the alert-rule tests will be skipped" >&2
+  else
+    echo "promtool missing (apt-get install prometheus): the alert-rule tests will be skipped" >&2
+  fi
+fi
