@@ -6,6 +6,9 @@ apart from :mod:`p2pnode.models` (torch, torchvision) keeps torch out of the dae
 
 from __future__ import annotations
 
+#: classes of every built-in data set (Fashion-MNIST, CIFAR-10, synthetic)
+NUM_CLASSES = 10
+
 #: input shape (channels, height, width) each model expects
 MODEL_INPUTS: dict[str, tuple[int, int, int]] = {
     "cnn": (1, 28, 28),

@@ -54,6 +54,8 @@ class Hello(Message):
     snapshot: bytes
     resumed: bool
     params: int
+    #: training samples per class in this node's shard (its partition), for status
+    classes: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclass

@@ -51,6 +51,14 @@ def agreed(node: NodeProc) -> bool:
 @pytest.mark.timeout(240)
 def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
     nodes = start_three(cluster, [])
+    # Status shows each node's class histogram; the three shards split the data set exactly.
+    from p2pnode.data import synthetic
+    from p2pnode.partition import histogram
+
+    shards = [n.status()["training"]["classes"] for n in nodes]
+    whole = histogram(synthetic(2048, seed=1).labels.numpy(), 10)
+    assert [sum(col) for col in zip(*shards)] == whole
+    assert all(sum(1 for c in h if c) <= 5 for h in shards)  # about a third of the classes each
     for n in nodes:
         wait_for(lambda n=n: n.status()["training"]["done"], 60, f"{n.name} to finish training")
     for n in nodes:

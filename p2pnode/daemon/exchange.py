@@ -22,6 +22,7 @@ another version, of that peer). Both are this node's business, never counted aga
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import random
 import time
@@ -39,6 +40,9 @@ from p2pnode.net.deadline import SlowAnswers
 from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP
 
 log = logging.getLogger("p2pnode.exchange")
+
+#: averages within tolerance, in a row, before a node says it agrees with its peers
+CONSENSUS_WINDOW = 4
 
 
 @dataclass
@@ -96,6 +100,8 @@ class Exchange:
         # A node joining with no checkpoint adopts the first peer model it gets (weight 1).
         self.bootstrap_pending = bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
         self.bootstrapped_from: str | None = None
+        #: distances measured at the last averages since training ended (consensus finish)
+        self.recent_distances: collections.deque[float] = collections.deque(maxlen=CONSENSUS_WINDOW)
         #: the worker life (its epoch) our replica versions belong to
         self.worker_epoch = ""
 
@@ -197,6 +203,7 @@ class Exchange:
         rec.version, rec.epoch = applied.version, applied.epoch
         if self.clock.done and applied.distance >= 0:
             rec.distance = applied.distance
+            self.recent_distances.append(applied.distance)
         if adopt:
             log.info("started from %s's model (version %d)", peer.node_id, applied.version)
             self.bootstrap_pending = False
@@ -232,14 +239,19 @@ class Exchange:
             log.debug("exchange with %s skipped: %s", peer.node_id, error)
 
     def consensus(self) -> dict[str, Any]:
-        """Whether training is over and our model is within tolerance of every alive peer's
-        (measured after training ended; peers left out or dead do not count)."""
+        """Whether training is over and our model is within tolerance of the peers we average
+        with: the last CONSENSUS_WINDOW averages since training ended, and the last one with
+        every alive peer measured so far (peers left out or dead do not count). A node averages
+        only with the peers its selection graph gives it (two of three in a 4-node exponential
+        graph), and agreement along the graph's edges is agreement of all: so not every peer
+        needs a measurement."""
         tol = self.cfg.exchange.consensus_tolerance
         peers = self.candidates()
-        distances = [self.peers[p.node_id].distance if p.node_id in self.peers else None for p in peers]
-        known = [d for d in distances if d is not None]
+        known = [d for p in peers if p.node_id in self.peers and (d := self.peers[p.node_id].distance) is not None]
         worst = max(known) if known else None
-        reached = self.clock.done and (tol <= 0 or (len(known) == len(peers) and (worst or 0.0) <= tol))
+        recent = list(self.recent_distances)
+        reached = self.clock.done and (tol <= 0 or (
+            len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol))
         self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
         return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": len(peers)}
 

@@ -37,6 +37,8 @@ class TrainingState:
     eval_step: int = 0
     eval_samples: int = 0
     params: int = 0
+    #: samples per class in this node's shard (training.partition)
+    classes: list[int] = field(default_factory=list)
     fingerprint: str = ""
     epoch: str = ""
     resumed: bool = False

@@ -179,6 +179,7 @@ class WorkerSupervisor:
         self.model.changed()
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
+        s.classes = list(msg.classes)
         self.metrics.published_version.set(msg.version)
         await self.clock.tick()  # a new life: the exchange forgets its replica versions
         log.info("worker ready: %d parameters, step %d%s, public version %d, epoch %s", msg.params, msg.step,

@@ -22,7 +22,9 @@ from p2pnode import checkpoint
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.data import DataError
+from p2pnode.model_names import NUM_CLASSES
 from p2pnode.models import fingerprint
+from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import (
     ADOPT,
     Applied,
@@ -88,7 +90,8 @@ class Worker:
         t = self.trainer
         self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
                           step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
-                          resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters())))
+                          resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters()),
+                          classes=histogram(t.train_split.labels.numpy(), NUM_CLASSES)))
 
     def save_checkpoint(self, token: int) -> None:
         state: dict[str, Any] = self.trainer.state_dict()

@@ -56,12 +56,15 @@ class DeltaPublisher:
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).float() - xhat
             idx = self.sparsifier.select(diff)
+            idx = idx[diff[idx] != 0]  # a top-k of a model that has not moved would send k zeros
             if idx.numel() == 0:
                 continue
             idx = torch.sort(idx).values
             values = diff[idx]
             if self.value_dtype == "float16":
                 values = values.half().float()
+                keep = values != 0  # rounded to zero: nothing to send, nothing to add
+                idx, values = idx[keep], values[keep]
             xhat.index_add_(0, idx, values)
             entries[name] = (idx.numpy().astype(np.uint32), values.numpy())
         base = self.version
