@@ -1,0 +1,192 @@
+"""Where peer-to-peer is actually used: each node's own (skewed) data, thin links, a slow node, a
+node dying. For every scenario, in one invocation and the same hour: PyTorch DDP (gloo) on
+exactly the same shards, then p2pnode with the settings given (every setting printed with the
+table). 4 nodes, the small CNN, Fashion-MNIST, the same samples per node and cosine schedule for
+both systems.
+
+    .venv/bin/python scripts/bench_scenarios.py                         # every scenario
+    .venv/bin/python scripts/bench_scenarios.py --scenarios dir0.1 dir0.5 --variants defaults qgm
+    .venv/bin/python scripts/bench_scenarios.py --repeat 3 --jsonl run/scenarios.jsonl --write
+
+Scenarios: ``iid`` (interleaved shards), ``dir0.5`` / ``dir0.1`` (per-class proportions from
+Dirichlet(alpha)), ``classes2`` (2 chunks of label-sorted data per node), ``thin25`` (every link
+at 25 Mbit/s: network namespaces and tc tbf, root only), ``straggler`` (node 3 at half speed:
+SIGSTOP/SIGCONT duty cycle; DDP's rank 3 the same), ``kill`` (node 3 SIGKILLed half-way and
+restarted on its state; DDP's rank 3 killed at the same step: DDP cannot go on). The partition
+seed is the same for both systems. Per scenario and system: per-node accuracy of the final
+model on the 10 000 test images (min / median / max), spread, bytes sent, training wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchlib.cluster import ROOT, Cluster, TrainResult, loopback, train
+from benchlib.ddp import DdpRun, run_ddp
+from benchlib.netns import Topology, unavailable
+from benchlib.procs import DutyCycle
+from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
+
+SECTION = "## Scenarios: skewed data, thin links, a straggler, a node dying (p2pnode and DDP)"
+
+
+@dataclass
+class Scenario:
+    name: str
+    what: str
+    partition: str = "iid"
+    rate: str = ""  #: every link limited to this (netns + tc tbf)
+    straggler: bool = False  #: node 3 at half speed
+    kill: bool = False  #: node 3 SIGKILLed half-way, then restarted
+
+
+SCENARIOS = {s.name: s for s in [
+    Scenario("iid", "even interleaved shards"),
+    Scenario("dir0.5", "label skew, Dirichlet alpha 0.5", "dirichlet:alpha=0.5"),
+    Scenario("dir0.1", "label skew, Dirichlet alpha 0.1", "dirichlet:alpha=0.1"),
+    Scenario("classes2", "2 label-sorted chunks per node", "classes:k=2"),
+    Scenario("thin25", "every link 25 Mbit/s, even shards", rate="25mbit"),
+    Scenario("straggler", "node 3 at half speed, even shards", straggler=True),
+    Scenario("kill", "node 3 SIGKILLed half-way and restarted, even shards", kill=True),
+]}
+
+#: p2pnode settings under test; every one is printed with the table
+VARIANTS: dict[str, list[str]] = {
+    "defaults": [],
+    "qgm": ["--set", "training.optimizer=qgm"],
+    "ring": ["--set", "exchange.peer_selection=ring"],
+    "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],
+}
+
+
+@dataclass
+class Row:
+    scenario: str
+    system: str
+    accs: list[float] = field(default_factory=list)
+    sent: float = 0.0
+    seconds: float | None = None
+    note: str = ""
+
+    def cells(self) -> list[str]:
+        if not self.accs:
+            return [self.scenario, self.system, "-", "-", f"{self.sent / 1e6:.0f} MB" if self.sent else "-",
+                    f"{self.seconds:.0f} s" if self.seconds else "-", self.note]
+        accs = sorted(self.accs)
+        return [self.scenario, self.system,
+                " / ".join(f"{100 * a:.2f}" for a in (accs[0], statistics.median(accs), accs[-1])),
+                f"{100 * (accs[-1] - accs[0]):.2f}", f"{self.sent / 1e6:.0f} MB",
+                f"{self.seconds:.0f} s" if self.seconds else "-", self.note]
+
+
+def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topology | None) -> Row:
+    run = DdpRun(workers=args.nodes, samples=args.samples, partition=sc.partition, partition_seed=args.partition_seed,
+                 kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0)
+    on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5)) if sc.straggler else None
+    before = topo.counters()[0] if topo else 0
+    env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo else None
+    d = run_ddp(run, place, env=env, on_start=on_start)
+    sent = (topo.counters()[0] - before) if topo else float(d.get("sent", 0.0))
+    row = Row(sc.name, "DDP (gloo)", sent=sent, seconds=d.get("seconds"))
+    if "failed" in d:
+        row.note = f"failed at step {d.get('steps')}/{d.get('of_steps')}: {d['failed'][:80]}"
+    elif d["steps"] < d["of_steps"]:
+        full = d["seconds"] * d["of_steps"] / max(1, d["steps"])
+        row.note = f"stopped after {d['steps']}/{d['of_steps']} steps; full run ≈ {full:.0f} s"
+    else:
+        row.accs = [d["accuracy"]] * args.nodes
+    append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "ddp", **d, "wire_sent": sent})
+    return row
+
+
+def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any, topo: Topology | None,
+                workdir: Path) -> Row:
+    extra = ["--set", f"training.partition={sc.partition}", "--set", f"training.partition_seed={args.partition_seed}",
+             *VARIANTS[variant]]
+
+    def slow_last(cluster: Cluster) -> DutyCycle | None:
+        return DutyCycle([cluster.nodes[-1].pid], 0.5) if sc.straggler else None
+
+    before = topo.counters()[0] if topo else 0
+    res: TrainResult = train(f"{sc.name}-{variant}", workdir, args.nodes, args.samples, extra, args.port,
+                             args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
+                             restart_after=2.0 if sc.kill else -1.0, on_start=slow_last)
+    sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
+    fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == 3)]
+    row = Row(sc.name, f"p2pnode {variant}", res.accuracies, sent, max(fast) if fast else res.max_train_s)
+    if sc.straggler:
+        slow = [r.train_seconds for r in res.rows if r.node == 3 and r.train_seconds is not None]
+        row.note = f"fast nodes' time; node 3 took {slow[0]:.0f} s" if slow else ""
+    if len(res.accuracies) < args.nodes:
+        row.note = (row.note + "; " if row.note else "") + f"{len(res.accuracies)} of {args.nodes} checkpoints"
+    append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,
+                              "settings": extra, **res.to_json(), "wire_sent": sent})
+    return row
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
+    ap.add_argument("--variants", nargs="+", default=["defaults"], choices=list(VARIANTS),
+                    help="p2pnode settings to run in each scenario")
+    ap.add_argument("--skip-ddp", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="run each scenario this many times")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=30000, help="training samples per node")
+    ap.add_argument("--partition-seed", type=int, default=0)
+    ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
+                    help="on thin links, stop DDP after this long and report its pace")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    ap.add_argument("--port", type=int, default=7571)
+    ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_scenarios"))
+    add_output_args(ap, SECTION)
+    args = ap.parse_args()
+    workdir = Path(args.workdir)
+    rows: list[Row] = []
+    for _ in range(args.repeat):
+        for name in args.scenarios:
+            sc = SCENARIOS[name]
+            if sc.rate and (reason := unavailable()):
+                print(f"== {name}: skipped ({reason})", flush=True)
+                continue
+            topo = Topology(args.nodes, tag="p2psc").up() if sc.rate else None
+            try:
+                if topo is not None:
+                    topo.set_rate(sc.rate)
+                place = topo.place if topo is not None else loopback
+                if not args.skip_ddp:
+                    print(f"== {name}: DDP", flush=True)
+                    rows.append(run_ddp_row(sc, args, place, topo))
+                    print(json.dumps(rows[-1].__dict__), flush=True)
+                for variant in args.variants:
+                    print(f"== {name}: p2pnode {variant}", flush=True)
+                    rows.append(run_p2p_row(sc, variant, args, place, topo, workdir))
+                    print(json.dumps(rows[-1].__dict__), flush=True)
+            finally:
+                if topo is not None:
+                    topo.down()
+    header = ["scenario", "system", "accuracy % min / median / max", "spread (pt)", "bytes sent", "training time",
+              "note"]
+    text = table(header, [r.cells() for r in rows], "llrrrrl")
+    settings = "\n".join(f"- p2pnode {v}: `{' '.join(VARIANTS[v]) or '(conf/node.toml defaults)'}`"
+                         for v in args.variants)
+    print(text)
+    print(settings)
+    if args.write:
+        write_section(f"{SECTION}\n\n{args.nodes} nodes, small CNN, Fashion-MNIST, {args.samples} samples per node, "
+                      "cosine schedule; DDP (gloo, lr 0.2, momentum 0.9) on the same shards in the same run. "
+                      "Accuracy: each node's final model on the 10 000 test images (DDP's ranks hold one model). "
+                      "Bytes: DDP's all-reduce (all ranks), p2pnode's model payloads received (all nodes); on "
+                      f"thin links the veth counters.\n\n```\n{command_line()}\n```\n\n- {machine()}\n{settings}\n\n"
+                      f"{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
