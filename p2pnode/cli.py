@@ -140,15 +140,43 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         print("p2pnode: --interval must be > 0", file=sys.stderr)
         return 2
+    if args.cafile and not os.path.isfile(args.cafile):
+        print(f"p2pnode: --cafile: {args.cafile} does not exist", file=sys.stderr)
+        return 2
+    if args.cafile and not args.address.startswith("https://"):
+        args.address = f"https://{args.address.removeprefix('http://')}"  # a CA means TLS
     target = Target(args.address, args.timeout, secret, token.decode() if token else None, args.cafile)
     if args.watch:
         return watch(target, args.interval)
     try:
         data = fetch_json(target, "/v1/status")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"p2pnode: no status from {args.address}: {exc}", file=sys.stderr)
+    except urllib.error.HTTPError as exc:
+        hint = ""
+        if exc.code == 401:
+            hint = (" (the node requires the cluster secret: give --secret-file FILE, or --token-file FILE)"
+                    if not secret and not token else " (a different secret or token than the node's?)")
+        print(f"p2pnode: no status from {args.address}: HTTP {exc.code} {exc.reason}{hint}", file=sys.stderr)
         return 1
-    print(json.dumps(data, indent=2) if args.json else render_status(data))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        low = str(reason).lower()
+        hint = ""
+        if not args.address.startswith("https://") and ("reset" in low or "closed connection" in low):
+            hint = " (a TLS node? give https://HOST:PORT and --cafile FILE)"
+        elif "certificate verify failed" in low:
+            hint = " (give --cafile FILE: the node's CA, node.tls_ca, or its certificate)"
+        print(f"p2pnode: no status from {args.address}: {reason}{hint}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    try:
+        text = render_status(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        print(f"p2pnode: {args.address} did not answer a p2pnode status document ({type(exc).__name__}: {exc}); "
+              "--json shows what it sent", file=sys.stderr)
+        return 1
+    print(text)
     return 0
 
 
