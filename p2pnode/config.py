@@ -171,8 +171,8 @@ class HttpConfig:
     not_modified_hold: float = 0.25
     #: requests a second from one client IP (token bucket), bursts up to rate_burst; beyond
     #: it 429 (0: no limit). Peers behind one address (NAT, one host) share it
-    rate_per_source: float = 200.0
-    rate_burst: float = 400.0
+    rate_per_source: float = 100.0
+    rate_burst: float = 200.0
     #: request bodies read at once, and bytes held for them; beyond either 503 (0: no limit)
     max_body_reads: int = 8
     max_inflight_bytes: int = 256 * 1024 * 1024

@@ -49,8 +49,8 @@ BODY_TIMEOUT = 120.0
 class GuardLimits:
     """The bounds (from ``[http]``); 0 switches a bound off."""
 
-    rate_per_source: float = 200.0
-    rate_burst: float = 400.0
+    rate_per_source: float = 100.0
+    rate_burst: float = 200.0
     max_body_reads: int = 8
     max_inflight_bytes: int = 256 * 1024 * 1024
     max_sources: int = 4096
@@ -175,10 +175,17 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
     def refuse(status: int, reason: str, message: str, retry_after: float = 1.0) -> web.Response:
         if on_reject is not None:
             on_reject(reason)
-        resp = web.json_response({"error": message}, status=status,
+        return web.json_response({"error": message}, status=status,
                                  headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
-        if status != 429:
-            resp.force_close()  # the rest of an unread body is not worth keeping the connection for
+
+    async def refuse_and_close(request: web.Request, status: int, reason: str, message: str) -> web.StreamResponse:
+        """Send the refusal, then close the connection at once: the unread rest of the body is
+        not drained (aiohttp would read and discard it for its lingering time, at full speed)."""
+        resp = refuse(status, reason, message)
+        resp.force_close()
+        await resp.prepare(request)
+        await resp.write_eof()
+        request.protocol.force_close()  # the transport sends what is buffered, then closes
         return resp
 
     @web.middleware
@@ -202,16 +209,16 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
             return await handler(request)
         source = request.remote or "?"
         if not budget.start(source):
-            return refuse(503, "busy", "too many request bodies being read; retry later")
+            return await refuse_and_close(request, 503, "busy", "too many request bodies being read; retry later")
         reserved = 0
         try:
             try:
                 body, reserved = await read_bounded(request, min(body_limit(request), request.client_max_size),
                                                     budget)
             except BodyRefused as exc:
-                return refuse(exc.status, exc.reason, str(exc))
+                return await refuse_and_close(request, exc.status, exc.reason, str(exc))
             except TimeoutError:
-                return refuse(408, "slow-body", "request body too slow")
+                return await refuse_and_close(request, 408, "slow-body", "request body too slow")
             finally:
                 budget.end_read(source)
             # aiohttp's request.read() returns this cached copy from now on (signature check,
