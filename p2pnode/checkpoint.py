@@ -1,7 +1,8 @@
 """Atomic checkpoint files: temp file, fsync, rename, fsync the folder.
 
 A crash at any instant leaves either the previous checkpoint or the new one, never a torn
-file. Loading uses ``weights_only=True``: a checkpoint is data, never code.
+file. Loading uses ``weights_only=True``: a checkpoint is data, never code; one that cannot be
+loaded is set aside (``checkpoint.pt.invalid-<time>``) with one log line.
 
 torch is imported only where a checkpoint is saved or loaded (in the worker): the daemon writes
 its small files with :func:`write_atomic` and never pays torch's import for it.
@@ -9,11 +10,16 @@ its small files with :func:`write_atomic` and never pays torch's import for it.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 CHECKPOINT_NAME = "checkpoint.pt"
+
+log = logging.getLogger("p2pnode.checkpoint")
 
 
 class CheckpointError(RuntimeError):
@@ -57,16 +63,47 @@ def save(path: Path, state: dict[str, Any]) -> None:
     fsync_dir(path.parent)
 
 
+def set_aside(path: Path, why: object, then: str, logger: logging.Logger = log) -> Path:
+    """Rename a bad state file out of the way (``NAME.invalid-<time>``, never over an earlier
+    one), say so in one log line, and return where it went."""
+    stem = f"{path.name}.invalid-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside = path.with_name(stem)
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{stem}-{n}")
+    os.replace(path, aside)
+    logger.warning("%s is invalid (%s): set aside as %s; %s", path, why, aside.name, then)
+    return aside
+
+
+def _short(exc: BaseException) -> str:
+    """The first line of torch's refusal, without its advice: torch suggests weights_only=False,
+    which would run whatever code the file carries."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    if "weights_only" in first or not first:
+        first = "not a tensors-only file"
+    return f"{type(exc).__name__}: {first[:200]}"
+
+
 def load(path: Path) -> dict[str, Any] | None:
-    """The checkpoint at ``path``, or None if there is none; CheckpointError if unreadable."""
+    """The checkpoint at ``path``, or None if there is none. A file that cannot be read as a
+    p2pnode checkpoint (torn, foreign, or carrying code) is set aside with one log line and
+    None is returned: the node starts afresh (from a live peer's model when it has one) instead
+    of failing every restart on the same file."""
     if not path.exists():
         return None
     import torch
 
+    then = "starting without it"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's multi-line remarks about foreign pickles: the log line says it
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a corrupt or foreign file
-        raise CheckpointError(f"checkpoint {path} is unreadable: {exc}") from exc
+        set_aside(path, _short(exc), then)
+        return None
     if not isinstance(state, dict) or "model" not in state:
-        raise CheckpointError(f"checkpoint {path} is not a p2pnode checkpoint")
+        set_aside(path, "not a p2pnode checkpoint", then)
+        return None
     return state

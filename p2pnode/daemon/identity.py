@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from p2pnode.checkpoint import write_atomic
+from p2pnode.checkpoint import set_aside, write_atomic
 from p2pnode.membership.base import MAX_INCARNATION
 from p2pnode.membership.swim.messages import MAX_ID, MessageError, check_addr
 
@@ -81,14 +79,7 @@ def parse(data: bytes) -> tuple[str, int]:
 
 def _set_aside(path: Path, why: object, then: str) -> None:
     """Rename a bad file out of the way (never over an earlier one) and say so."""
-    stem = f"{path.name}.invalid-{time.strftime('%Y%m%dT%H%M%S')}"
-    aside = path.with_name(stem)
-    n = 1
-    while aside.exists():
-        n += 1
-        aside = path.with_name(f"{stem}-{n}")
-    os.replace(path, aside)
-    log.warning("%s is invalid (%s): set aside as %s; %s", path, why, aside.name, then)
+    set_aside(path, why, then, log)
 
 
 def load_or_create(state_dir: Path) -> Identity:
