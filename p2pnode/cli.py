@@ -61,8 +61,9 @@ def cmd_start(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"p2pnode: config error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=cfg.node.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from p2pnode import logfmt
+
+    logfmt.setup(cfg.node.log_level, cfg.logging.format, "daemon", "%(asctime)s %(name)s %(levelname)s %(message)s")
 
     import uvloop
 
@@ -73,6 +74,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as exc:
         print(f"p2pnode: cannot start: {exc}", file=sys.stderr)
         return 1
+    logfmt.set_node(node.node_id)
     try:
         code = uvloop.run(node.run())
     except OSError as exc:

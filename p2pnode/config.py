@@ -204,6 +204,13 @@ class MembershipConfig:
         return {k: getattr(self, k) for k in SWIM_TIMINGS if getattr(self, k)}
 
 
+@dataclass
+class LoggingConfig:
+    #: "text" (one readable line per record) or "json" (one JSON object per line, the same
+    #: schema from the daemon and the worker: p2pnode/logfmt.py)
+    format: str = "text"
+
+
 #: [membership] keys that override a SWIM profile's value when non-zero
 SWIM_TIMINGS = ("probe_interval", "probe_timeout", "suspicion_mult", "push_pull_interval")
 
@@ -217,6 +224,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     membership: MembershipConfig = field(default_factory=MembershipConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -348,6 +356,7 @@ def validate(cfg: Config) -> None:
     if bool(n.tls_cert) != bool(n.tls_key):
         raise ConfigError("node.tls_cert and node.tls_key go together")
     _choice("node.log_level", n.log_level, ("debug", "info", "warning", "error"))
+    _choice("logging.format", cfg.logging.format, ("text", "json"))
     _choice("training.model", t.model, tuple(MODEL_INPUTS))
     _choice("training.data", t.data, ("fashion-mnist", "cifar10", "synthetic"))
     _choice("training.worker", t.worker, ("torch", "stub"))

@@ -10,6 +10,8 @@ process imports it (:func:`run`), so the daemon never pays for torch on the work
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -19,4 +21,14 @@ IMPLEMENTATIONS = {"torch": "p2pnode.worker.main", "stub": "p2pnode.worker.stub"
 
 def run(implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
     """Entry point of the spawned process: import the chosen worker there and run it."""
+    from p2pnode import logfmt
+
+    # Logging first, in the daemon's format (text or json, p2pnode/logfmt.py): the
+    # implementation's own basicConfig is then a no-op.
+    tag = "worker" if implementation == "torch" else f"{implementation}-worker"
+    logfmt.setup(cfg_dict.get("node", {}).get("log_level", "info"), cfg_dict.get("logging", {}).get("format", "text"),
+                 "worker", f"%(asctime)s {tag} %(levelname)s %(message)s")
+    logfmt.set_node(node_id)
+    logging.getLogger("p2pnode.worker").info("worker process %d started (training.worker = %s)", os.getpid(),
+                                             implementation)
     importlib.import_module(IMPLEMENTATIONS[implementation]).run(conn, cfg_dict, node_id)
