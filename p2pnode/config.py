@@ -209,6 +209,10 @@ class LoggingConfig:
     #: "text" (one readable line per record) or "json" (one JSON object per line, the same
     #: schema from the daemon and the worker: p2pnode/logfmt.py)
     format: str = "text"
+    #: seconds between lines of the training journal STATE_DIR/history.jsonl (0: none)
+    history_interval: float = 10.0
+    #: the journal's size bound: past it the file becomes history.jsonl.1 and a new one starts
+    history_max_bytes: int = 4 * 1024 * 1024
 
 
 #: [membership] keys that override a SWIM profile's value when non-zero
@@ -357,6 +361,9 @@ def validate(cfg: Config) -> None:
         raise ConfigError("node.tls_cert and node.tls_key go together")
     _choice("node.log_level", n.log_level, ("debug", "info", "warning", "error"))
     _choice("logging.format", cfg.logging.format, ("text", "json"))
+    _positive("logging.history_interval", cfg.logging.history_interval, allow_zero=True)
+    if cfg.logging.history_max_bytes < 4096:
+        raise ConfigError(f"logging.history_max_bytes: must be >= 4096, got {cfg.logging.history_max_bytes}")
     _choice("training.model", t.model, tuple(MODEL_INPUTS))
     _choice("training.data", t.data, ("fashion-mnist", "cifar10", "synthetic"))
     _choice("training.worker", t.worker, ("torch", "stub"))
@@ -414,6 +421,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
     for where, seconds in (("exchange.timeout", x.timeout), ("exchange.finish_interval", x.finish_interval),
                            ("checkpoint.interval", cfg.checkpoint.interval),
+                           ("logging.history_interval", cfg.logging.history_interval),
                            ("membership.gossip_interval", cfg.membership.gossip_interval),
                            ("membership.timeout", cfg.membership.timeout)):
         if seconds > MAX_SECONDS:

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from p2pnode import __version__
 from p2pnode.config import Config, parse_hostport
-from p2pnode.daemon import dashboard, early_signals, identity, notify
+from p2pnode.daemon import dashboard, early_signals, identity, journal, notify
 from p2pnode.daemon.exchange import Exchange
 from p2pnode.daemon.http import HttpApi
 from p2pnode.daemon.metrics import NodeMetrics
@@ -251,6 +251,9 @@ class Node:
                 tg.create_task(self._supervised("checkpointer", self._checkpointer), name="checkpointer")
                 tg.create_task(self._member_gauges(), name="member-gauges")
                 tg.create_task(notify.watchdog_loop(), name="watchdog")
+                lg = self.cfg.logging  # the training journal, STATE_DIR/history.jsonl
+                tg.create_task(journal.run(self.status, self.state_dir, lg.history_interval, lg.history_max_bytes),
+                               name="journal")
         except* ShutdownRequested:
             log.info("stopped cleanly")
         except* WorkerFailed as eg:
