@@ -4,6 +4,8 @@ changes nothing in the model, and the daemon and its worker keep running."""
 from __future__ import annotations
 
 import http.client
+import select
+import socket
 import time
 
 import msgpack
@@ -49,12 +51,23 @@ def declared_too_large(addr: str) -> int:
         conn.close()
 
 
-def chunked_too_large(addr: str) -> int:
-    """No Content-Length: the limit must hold while the body streams in."""
-    chunk = b"\0" * 65536
-    body = (chunk for _ in range(LIMIT // len(chunk) + 2))
-    status, _, _ = http_request(addr, "POST", f"/v1/model?from={PEER}", body)
-    return status
+def chunked_too_large(addr: str, start: bytes) -> int:
+    """No Content-Length: the limit must hold while the body streams in. The body starts as a
+    real payload (``start``: the guard judges a body's first 64 KiB) and the answer is read as
+    soon as it comes: the node cuts the connection of a refused body that goes on streaming."""
+    host, _, port = addr.rpartition(":")
+    sock = socket.create_connection((host, int(port)), timeout=5.0)
+    try:
+        sock.sendall(f"POST /v1/model?from={PEER} HTTP/1.1\r\nHost: {addr}\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n".encode())
+        chunks = [start, *(b"\0" * 65536 for _ in range(LIMIT // 65536 + 2))]
+        for chunk in chunks:
+            if select.select([sock], [], [], 0)[0]:
+                break
+            sock.sendall(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        return int(sock.recv(64).split()[1])
+    finally:
+        sock.close()
 
 
 def with_nan(snapshot_bytes: bytes) -> bytes:
@@ -104,7 +117,7 @@ def test_bad_payloads_are_refused_counted_and_change_nothing(cluster) -> None:
         assert status == want, f"{what}: HTTP {status} {reply[:200]!r}"
 
     assert declared_too_large(node.addr) == 413
-    assert chunked_too_large(node.addr) == 413
+    assert chunked_too_large(node.addr, own_bytes) == 413
     for query in ("since=abc", "since=-1", "since=1e3", "since=" + "9" * 30):
         status, _, reply = http_request(node.addr, "GET", f"/v1/model?{query}")
         assert status == 400, f"{query}: HTTP {status} {reply[:200]!r}"

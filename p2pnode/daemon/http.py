@@ -29,6 +29,7 @@ from p2pnode.daemon.state import ModelSource
 from p2pnode.net.client import MSGPACK
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
+from p2pnode.wire.prefix import prefix_error
 
 log = logging.getLogger("p2pnode.http")
 
@@ -81,6 +82,13 @@ class HttpApi:
             return MAX_MEMBERSHIP_BODY
         return MAX_MESSAGE
 
+    def body_prefix_error(self, request: web.Request, prefix: bytes) -> str | None:
+        """For POST /v1/model: why the body's first bytes cannot begin a payload of this model."""
+        served = self.model.served
+        if request.path != "/v1/model" or served is None:
+            return None
+        return prefix_error(prefix, served.spec)
+
     def build_app(self, secret: bytes | None) -> web.Application:
         h = self.cfg.http
         limits = GuardLimits(h.rate_per_source, h.rate_burst, h.max_body_reads, h.max_inflight_bytes)
@@ -88,7 +96,7 @@ class HttpApi:
             self.metrics.rejected.labels(reason).inc()
 
         guard, self.rate_buckets, self.body_budget = guard_middleware(
-            limits, self.body_limit, count, unsigned_refusal(count) if secret else None)
+            limits, self.body_limit, count, unsigned_refusal(count) if secret else None, self.body_prefix_error)
         middlewares = [guard]
         if secret:
             middlewares.append(auth_middleware(secret, h.max_request_bytes, count))

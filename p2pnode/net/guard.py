@@ -11,7 +11,8 @@ headers and the source address alone, whether a request may cost this node anyth
   dropped first), so made-up sources cannot grow it.
 * **bodies**: a body is read here, streaming, under the endpoint's limit: a declared length
   over it gets 413 before reading, a chunked body 413 as soon as it passes it, never read whole
-  first. At most ``http.max_body_reads`` bodies are read at once (half of them from one
+  first; a long body whose first 64 KiB cannot begin what the endpoint takes (a model payload)
+  gets 400 then. At most ``http.max_body_reads`` bodies are read at once (half of them from one
   address) and at most ``http.max_inflight_bytes`` bytes are held for them; beyond either the
   answer is 503 with ``Retry-After``. A body that stalls for ``CHUNK_TIMEOUT`` seconds, or
   takes over ``BODY_TIMEOUT`` in all, gets 408. The bytes stay reserved until the handler has
@@ -40,6 +41,9 @@ UNLIMITED_PATHS = frozenset({"/healthz"})
 MAX_TARPIT = 1024
 #: longest pause before a 429
 MAX_PAUSE = 1.0
+#: how much of a refused body is read and dropped, and for how long, before the connection is cut
+LINGER_BYTES = 1024 * 1024
+LINGER_S = 1.0
 #: seconds a body may go without a byte, and seconds its whole read may take (408 beyond)
 CHUNK_TIMEOUT = 10.0
 BODY_TIMEOUT = 120.0
@@ -127,7 +131,14 @@ class BodyRefused(Exception):
         self.status, self.reason = status, reason
 
 
-async def read_bounded(request: web.Request, limit: int, budget: BodyBudget) -> tuple[bytes, int]:
+#: given the request and the first PREFIX_BYTES of its body (or all of a shorter one): a
+#: reason to refuse it (400) before reading more, or None
+PrefixCheck = Callable[[web.Request, bytes], "str | None"]
+PREFIX_BYTES = 64 * 1024
+
+
+async def read_bounded(request: web.Request, limit: int, budget: BodyBudget,
+                       prefix_check: PrefixCheck | None = None) -> tuple[bytes, int]:
     """Read the body under ``limit`` and ``budget``; return it and the bytes reserved for it
     (to release when the request is done). Raises BodyRefused; reserves nothing then."""
     declared = request.content_length
@@ -146,7 +157,12 @@ async def read_bounded(request: web.Request, limit: int, budget: BodyBudget) -> 
                 chunk = await request.content.readany()
             if not chunk:
                 break
+            before = len(buf)
             buf += chunk
+            if prefix_check is not None and before < PREFIX_BYTES <= len(buf):
+                reason = prefix_check(request, bytes(buf[:PREFIX_BYTES]))
+                if reason is not None:
+                    raise BodyRefused(400, "malformed", reason)
             if len(buf) > limit:
                 raise BodyRefused(413, "too-large", f"body over {limit} bytes")
             if len(buf) > reserved:
@@ -162,12 +178,13 @@ async def read_bounded(request: web.Request, limit: int, budget: BodyBudget) -> 
 def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], int],
                      on_reject: Callable[[str], None] | None = None,
                      precheck: Callable[[web.Request], web.StreamResponse | None] | None = None,
-                     ) -> tuple[Any, TokenBuckets, BodyBudget]:
+                     prefix_check: PrefixCheck | None = None) -> tuple[Any, TokenBuckets, BodyBudget]:
     """The middleware (first in the chain), with its bucket table and body budget (for tests
     and metrics). ``body_limit(request)`` is the largest body the endpoint takes;
     ``on_reject(reason)`` ("rate-limited", "too-large", "busy", "slow-body") counts refusals;
     ``precheck(request)`` may refuse from the headers before any body is read (the signature
-    check: an unsigned request's body is never read)."""
+    check: an unsigned request's body is never read); ``prefix_check`` may refuse a long body
+    from its first PREFIX_BYTES (garbage sent as a model payload)."""
     buckets = TokenBuckets(limits.rate_per_source, limits.rate_burst, limits.max_sources)
     budget = BodyBudget(limits.max_body_reads, limits.max_inflight_bytes)
     paused = 0
@@ -179,13 +196,26 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
                                  headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
 
     async def refuse_and_close(request: web.Request, status: int, reason: str, message: str) -> web.StreamResponse:
-        """Send the refusal, then close the connection at once: the unread rest of the body is
-        not drained (aiohttp would read and discard it for its lingering time, at full speed)."""
+        """Send the refusal, read and drop at most LINGER_BYTES more of the body for at most
+        LINGER_S (so that a client still sending gets to read the answer instead of a reset),
+        then close the connection: aiohttp alone would drain a refused body at full speed for
+        its whole lingering time."""
         resp = refuse(status, reason, message)
         resp.force_close()
         await resp.prepare(request)
         await resp.write_eof()
-        request.protocol.force_close()  # the transport sends what is buffered, then closes
+        dropped = 0
+        try:
+            async with asyncio.timeout(LINGER_S):
+                while dropped < LINGER_BYTES and not request.content.at_eof():
+                    chunk = await request.content.readany()
+                    if not chunk:
+                        break
+                    dropped += len(chunk)
+        except Exception:  # the time is up, or the client cut the body (aiohttp's own errors)
+            pass
+        if not request.content.at_eof():
+            request.protocol.force_close()  # the transport sends what is buffered, then closes
         return resp
 
     @web.middleware
@@ -214,7 +244,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
         try:
             try:
                 body, reserved = await read_bounded(request, min(body_limit(request), request.client_max_size),
-                                                    budget)
+                                                    budget, prefix_check)
             except BodyRefused as exc:
                 return await refuse_and_close(request, exc.status, exc.reason, str(exc))
             except TimeoutError:
