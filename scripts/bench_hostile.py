@@ -134,7 +134,7 @@ def poll(addr: str, stop: threading.Event, tally: Counter[str]) -> None:
 
 FLOODS: dict[str, tuple[int, Callable[[str, threading.Event, Counter[str]], None]]] = {
     "post-60mib": (16, stream_chunked("/v1/model?from=x", 60 * MiB)),
-    "membership-8mib": (16, stream_chunked("/v1/membership/push-pull", 8 * MiB)),
+    "membership-8mib": (16, stream_chunked("/v1/membership/gossip", 8 * MiB)),
     "poll-64": (64, poll),
 }
 

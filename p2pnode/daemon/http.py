@@ -33,8 +33,11 @@ from p2pnode.wire.prefix import prefix_error
 
 log = logging.getLogger("p2pnode.http")
 
-#: largest membership body the guard reads (SWIM's push-pull limit; each endpoint checks its own)
-MAX_MEMBERSHIP_BODY = 4 * 1024 * 1024
+#: largest membership bodies the guard reads (each endpoint checks its own limit again): SWIM's
+#: push-pull and the simple protocol's messages, and every other SWIM message (SwimConfig's
+#: max_push_pull_bytes and max_message_bytes)
+MEMBERSHIP_BODY = {"push-pull": 4 * 1024 * 1024, "join": MAX_MESSAGE, "sync": MAX_MESSAGE, "leave": MAX_MESSAGE}
+SWIM_MESSAGE_BODY = 64 * 1024
 
 REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422}
 
@@ -79,7 +82,7 @@ class HttpApi:
         if request.path == "/v1/model":
             return self.post_limit()
         if request.path.startswith("/v1/membership/"):
-            return MAX_MEMBERSHIP_BODY
+            return MEMBERSHIP_BODY.get(request.path.removeprefix("/v1/membership/"), SWIM_MESSAGE_BODY)
         return MAX_MESSAGE
 
     def body_prefix_error(self, request: web.Request, prefix: bytes) -> str | None:
