@@ -90,6 +90,9 @@ class TrainingConfig:
     #: "qgm": quasi-global momentum (Lin et al. 2021), the buffer follows how the model moved,
     #: averaging included: less drift on skewed shards (docs/BENCHMARKS.md)
     optimizer: str = "sgd"
+    #: largest global gradient norm of a step (0: no clipping); guards skewed shards against a
+    #: blow-up that averaging would spread (docs/ALGORITHMS.md)
+    grad_clip: float = 0.0
     weight_decay: float = 0.0
     #: "constant" or "cosine" (cosine needs max_samples)
     lr_schedule: str = "constant"
@@ -176,6 +179,10 @@ class HttpConfig:
     #: request bodies read at once, and bytes held for them; beyond either 503 (0: no limit)
     max_body_reads: int = 8
     max_inflight_bytes: int = 256 * 1024 * 1024
+    #: full snapshots served a second to one client IP (bursts of snapshot_burst); beyond it
+    #: 429. A peer needs one when it first meets this node or resynchronises, then deltas
+    snapshot_rate_per_source: float = 2.0
+    snapshot_burst: float = 16.0
 
 
 @dataclass
@@ -390,6 +397,7 @@ def validate(cfg: Config) -> None:
         _positive(f"training.{key}", getattr(t, key), allow_zero=True)
     _choice("training.lr_schedule", t.lr_schedule, ("constant", "cosine"))
     _choice("training.optimizer", t.optimizer, ("sgd", "qgm"))
+    _positive("training.grad_clip", t.grad_clip, allow_zero=True)
     if t.lr_schedule == "cosine" and not t.max_samples:
         raise ConfigError("training.lr_schedule: cosine needs training.max_samples")
     _positive("exchange.every", x.every)
@@ -413,7 +421,8 @@ def validate(cfg: Config) -> None:
     _positive("http.max_request_bytes", cfg.http.max_request_bytes)
     _positive("http.max_payload_bytes", cfg.http.max_payload_bytes)
     _positive("http.not_modified_hold", cfg.http.not_modified_hold, allow_zero=True)
-    for key in ("rate_per_source", "rate_burst", "max_body_reads", "max_inflight_bytes"):
+    for key in ("rate_per_source", "rate_burst", "max_body_reads", "max_inflight_bytes", "snapshot_rate_per_source",
+                "snapshot_burst"):
         _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
     _positive("exchange.slow_answer", x.slow_answer)
     _positive("exchange.slow_answer_floor", x.slow_answer_floor)

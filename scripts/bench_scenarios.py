@@ -62,6 +62,8 @@ VARIANTS: dict[str, list[str]] = {
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],
+    "clip": ["--set", "training.grad_clip=5"],
+    "qgm-clip": ["--set", "training.optimizer=qgm", "--set", "training.grad_clip=5"],
 }
 
 

@@ -14,6 +14,7 @@ reach into the worker; they talk to it only through the pipe client's ``deliver`
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,8 +62,9 @@ class TrainingState:
 
     def to_json(self) -> dict[str, Any]:
         hidden = ("started_at", "last_checkpoint_at", "first_step_at", "done_at")
-        out = {k: v for k, v in self.__dict__.items() if k not in hidden}
-        out["loss"] = None if self.loss != self.loss else self.loss
+        # NaN and infinities are not JSON (a browser refuses the whole document): None instead
+        out = {k: None if isinstance(v, float) and not math.isfinite(v) else v
+               for k, v in self.__dict__.items() if k not in hidden}
         out["train_seconds"] = None if self.train_seconds is None else round(self.train_seconds, 3)
         return out
 

@@ -130,6 +130,10 @@ class ShardTrainer:
         for name, param in self.model.named_parameters():
             if param.grad is not None:
                 param.grad.copy_(self.gradients.apply(name, param.grad))
+        if self.cfg.training.grad_clip > 0:
+            # a blown-up gradient on a skewed shard would otherwise carry the model (and, through
+            # averaging, its peers) to non-finite values in a step or two
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.grad_clip)
         self.optimizer.step()
         self.loss_ema = value if math.isnan(self.loss_ema) else 0.95 * self.loss_ema + 0.05 * value
         self._finite_run += 1
