@@ -1,0 +1,239 @@
+"""A study, not a benchmark: n nodes in one process, in lockstep, each on its shard of
+Fashion-MNIST, gossiping through sparse public copies (top-k of x - x_hat every ``--every``
+steps, averaged with one peer of the exponential graph), to compare algorithms for skewed data
+quickly on one core before trying them in the daemon. ``--algo ddp`` is the all-reduce
+reference on the same shards (gradients averaged every step), ``base`` local momentum SGD (the
+daemon's ``training.optimizer = sgd``), ``qgm`` quasi-global momentum (``qgm``), ``diloco``
+an outer Nesterov step on each round's displacement. The daemon's own figures come from
+scripts/bench_scenarios.py.
+
+    .venv/bin/python scripts/study_skew.py --algo qgm --partition dirichlet:alpha=0.1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn.functional as F
+
+from benchlib.results import append_jsonl
+from p2pnode import partition as parts
+from p2pnode.data import fashion_mnist
+from p2pnode.models import build_model
+
+torch.set_num_threads(1)
+
+
+def flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def set_flat(model: torch.nn.Module, vec: torch.Tensor) -> None:
+    i = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            k = p.numel()
+            p.copy_(vec[i:i + k].view_as(p))
+            i += k
+
+
+def topk_per_tensor(diff: torch.Tensor, shapes: list[int], density: float) -> torch.Tensor:
+    out = torch.zeros_like(diff)
+    i = 0
+    for k in shapes:
+        seg = diff[i:i + k]
+        kk = max(1, int(k * density))
+        idx = seg.abs().topk(kk).indices
+        out[i + idx] = seg[idx]
+        i += k
+    return out
+
+
+def evaluate(model, test_x, test_y) -> float:
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for s in range(0, len(test_y), 2000):
+            correct += int((model(test_x[s:s + 2000]).argmax(1) == test_y[s:s + 2000]).sum())
+    model.train()
+    return correct / len(test_y)
+
+
+def lr_at(step: int, steps: int, lr: float, warm: int) -> float:
+    v = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+    if step < warm:
+        v *= (step + 1) / (warm + 1)
+    return v
+
+
+def run(args) -> dict:
+    train, test = fashion_mnist(True), fashion_mnist(False)
+    labels = train.labels.numpy()
+    n = args.nodes
+    shards = parts.assign(labels, parts.parse(args.partition), n, args.pseed)
+    xs = [train.images[torch.from_numpy(p)] for p in shards]
+    ys = [train.labels[torch.from_numpy(p)] for p in shards]
+    steps = args.samples // args.batch
+    warm = 50
+    torch.manual_seed(0)
+    base = build_model("cnn", in_channels=1)
+    shapes = [p.numel() for p in base.parameters()]
+    gens = [torch.Generator().manual_seed(100 + i) for i in range(n)]
+    orders = [torch.randperm(len(y), generator=g) for y, g in zip(ys, gens)]
+    pos = [0] * n
+
+    def batch(i):
+        if pos[i] + args.batch > len(orders[i]):
+            orders[i] = torch.randperm(len(ys[i]), generator=gens[i])
+            pos[i] = 0
+        idx = orders[i][pos[i]:pos[i] + args.batch]
+        pos[i] += args.batch
+        return xs[i][idx], ys[i][idx]
+
+    t0 = time.time()
+    bytes_sent = 0.0
+    if args.algo == "ddp":
+        model = base
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+        for s in range(steps):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(s, steps, args.lr, warm)
+            opt.zero_grad()
+            loss = sum(F.cross_entropy(model(bx), by) for bx, by in (batch(i) for i in range(n))) / n
+            loss.backward()
+            opt.step()
+        acc = evaluate(model, test.images, test.labels)
+        return {"accs": [acc] * n, "secs": time.time() - t0}
+
+    models = [build_model("cnn", in_channels=1) for _ in range(n)]
+    for m in models:
+        m.load_state_dict(base.state_dict())
+    dim = sum(shapes)
+    mom = [torch.zeros(dim) for _ in range(n)]  # momentum buffers (flat)
+    xhat = [flat(base).clone() for _ in range(n)]
+    outer_v = [torch.zeros(dim) for _ in range(n)]
+    anchor = [flat(base).clone() for _ in range(n)]  # round start (diloco / qgm-round)
+    H = args.every
+    mu = args.beta
+    log2 = max(1, int(math.log2(n)))
+    for s in range(steps):
+        lr = lr_at(s, steps, args.lr, warm)
+        for i in range(n):
+            m = models[i]
+            bx, by = batch(i)
+            m.zero_grad()
+            F.cross_entropy(m(bx), by).backward()
+            g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+            x = flat(m)
+            if args.algo == "base":
+                mom[i].mul_(mu).add_(g)
+                x -= (args.inner_lr_scale * lr) * (g + mu * mom[i]) if args.nesterov else (args.inner_lr_scale * lr) * mom[i]
+            elif args.algo == "qgm":  # QG-DSGDm: heavy ball with quasi-global buffer
+                d = g + mu * mom[i]
+                x -= lr * d
+            elif args.algo == "diloco":
+                mom[i].mul_(args.beta).add_(g)  # inner momentum SGD, buffer reset each round
+                x -= (args.inner_lr_scale * lr) * mom[i]
+            set_flat(m, x)
+        if (s + 1) % H == 0:
+            # publish
+            for i in range(n):
+                q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, args.density) if args.density < 1 else flat(models[i]) - xhat[i]
+                xhat[i] += q
+                bytes_sent += (q != 0).sum().item() * 8
+            rnd = (s + 1) // H
+            before = [flat(m) for m in models]
+            newx = []
+            for i in range(n):
+                if args.selection == "ring":
+                    j = (i + 1) % n
+                else:
+                    j = (i + 2 ** (rnd % log2)) % n
+                if args.algo == "diloco":
+                    newx.append(None)
+                    continue
+                newx.append((1 - args.w) * before[i] + args.w * xhat[j])
+            if args.algo == "diloco":
+                # local models mixed through the peer's public copy, then an outer Nesterov step
+                # on the round's displacement from the round start (the pseudo-gradient)
+                newx = []
+                for i in range(n):
+                    j = (i + 2 ** (rnd % log2)) % n if args.selection != "ring" else (i + 1) % n
+                    mix = (1 - args.w) * before[i] + args.w * xhat[j]
+                    delta = anchor[i] - mix
+                    outer_v[i].mul_(args.outer_mom).add_(delta)
+                    newx.append(anchor[i] - args.outer_lr * (delta + args.outer_mom * outer_v[i]))
+                for i in range(n):
+                    anchor[i] = newx[i].clone()
+                    mom[i].zero_()
+            for i in range(n):
+                set_flat(models[i], newx[i])
+        if args.algo == "qgm":
+            # every step: momentum from displacement (gossip included when it happened this step)
+            for i in range(n):
+                x_now = flat(models[i])
+                disp = (anchor[i] - x_now) / lr
+                mom[i].mul_(mu).add_(disp, alpha=1 - mu)
+                anchor[i] = x_now.clone()
+    # consensus finish: exact gossip rounds over the public copies only
+    accs_before = [evaluate(m, test.images, test.labels) for m in models]
+    out = {"accs_before": accs_before}
+    if args.consensus:
+        xs_ = [flat(m) for m in models]
+        for r in range(args.consensus):
+            # nodes publish the full difference (the consensus phase uses top-k too)
+            for i in range(n):
+                q = topk_per_tensor(xs_[i] - xhat[i], shapes, args.density)
+                xhat[i] += q
+                bytes_sent += (q != 0).sum().item() * 8
+            new = []
+            for i in range(n):
+                j = (i + 2 ** (r % log2)) % n if args.selection != "ring" else (i + 1) % n
+                new.append(0.5 * xs_[i] + 0.5 * xhat[j])
+            xs_ = new
+        for i in range(n):
+            set_flat(models[i], xs_[i])
+        out["spread_final"] = max(float((xs_[i] - xs_[0]).norm() / xs_[0].norm()) for i in range(n))
+    out["accs"] = [evaluate(m, test.images, test.labels) for m in models]
+    out["mean_model_acc"] = None
+    avg = sum(flat(m) for m in models) / n
+    set_flat(models[0], avg)
+    out["mean_model_acc"] = evaluate(models[0], test.images, test.labels)
+    out["secs"] = time.time() - t0
+    out["bytes_per_node"] = bytes_sent / n
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--algo", default="base")
+    ap.add_argument("--partition", default="dirichlet:alpha=0.1")
+    ap.add_argument("--pseed", type=int, default=0)
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=30000)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--lr", type=float, default=0.2)
+    ap.add_argument("--inner-lr-scale", type=float, default=1.0)
+    ap.add_argument("--beta", type=float, default=0.9)
+    ap.add_argument("--nesterov", action="store_true")
+    ap.add_argument("--every", type=int, default=4)
+    ap.add_argument("--density", type=float, default=0.1)
+    ap.add_argument("--w", type=float, default=0.5)
+    ap.add_argument("--selection", default="exponential")
+    ap.add_argument("--consensus", type=int, default=0)
+    ap.add_argument("--outer-lr", type=float, default=0.7)
+    ap.add_argument("--outer-mom", type=float, default=0.9)
+    ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
+    args = ap.parse_args()
+    res = run(args)
+    res["args"] = vars(args)
+    line = json.dumps(res)
+    print(line)
+    append_jsonl(args.jsonl, res)
+
+
+if __name__ == "__main__":
+    main()
