@@ -85,3 +85,19 @@ def test_64_pollers_get_429_and_the_node_keeps_serving_its_peer(cluster: Callabl
     assert not after_peer["left_out"] and not after_victim["left_out"]
     assert sample_value(metrics_text(victim.addr), "p2pnode_payloads_rejected_total",
                         {"reason": "rate-limited"}) >= statuses[429]
+
+
+def test_full_snapshots_have_their_own_rate_per_address(cluster: Callable[..., NodeProc]) -> None:
+    victim = cluster("victim", extra=[*STUB, "--set", "http.snapshot_rate_per_source=0.1",
+                                      "--set", "http.snapshot_burst=5"])
+    victim.wait_ready()
+    host, port = victim.addr.rsplit(":", 1)
+    got: list[int] = []
+    for _ in range(8):
+        conn = http.client.HTTPConnection(host, int(port), timeout=10, source_address=(ATTACKER, 0))
+        conn.request("GET", "/v1/model")
+        got.append(conn.getresponse().status)
+        conn.close()
+    assert got[:5] == [200] * 5 and 429 in got[5:], got
+    # deltas and 304s are not snapshots: another address is not affected either
+    assert http_request(victim.addr, "GET", "/v1/model")[0] == 200

@@ -65,6 +65,8 @@ class HttpApi:
         self.bytes_served = 0
         self.rate_buckets: TokenBuckets | None = None  # set by build_app
         self.body_budget: BodyBudget | None = None
+        #: full snapshots cost a whole model each: their own, smaller rate per client IP
+        self.snapshot_buckets = TokenBuckets(cfg.http.snapshot_rate_per_source, cfg.http.snapshot_burst)
 
     def post_limit(self) -> int:
         """The largest POST /v1/model body: ``http.max_request_bytes``, and no more than a
@@ -135,6 +137,10 @@ class HttpApi:
             result = await asyncio.to_thread(served.serve, since, epoch)
         if result.status == 503:
             return error(503, "nothing published yet")
+        if result.kind == "snapshot" and self.snapshot_buckets.take(request.remote or "?") > 0:
+            self.metrics.rejected.labels("rate-limited").inc()
+            return web.json_response({"error": "too many full snapshots to this address; fetch deltas (?since=)"},
+                                     status=429, headers={"Retry-After": "1"})
         headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind}
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:

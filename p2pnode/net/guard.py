@@ -4,10 +4,10 @@ Anyone who reaches the port can send requests, so the first middleware decides, 
 headers and the source address alone, whether a request may cost this node anything:
 
 * **rate**: a token bucket per client IP (``http.rate_per_source`` requests a second, bursts of
-  ``http.rate_burst``). Beyond it the answer is 429 with ``Retry-After``, given after a short
-  pause (up to a second, at most ``MAX_TARPIT`` answers waiting at once), so a client that
-  waits for its answers, as pollers do, slows to about the allowed rate instead of spinning
-  this node's event loop on refusals. The table of sources is bounded (least recently seen
+  ``http.rate_burst``). Beyond it the answer is 429 with ``Retry-After``, given after a pause of
+  ``MAX_PAUSE`` (at most ``MAX_TARPIT`` answers waiting at once), so a client that waits for
+  its answers, as pollers do, makes one refused request a second instead of spinning this
+  node's event loop on refusals. The table of sources is bounded (least recently seen
   dropped first), so made-up sources cannot grow it.
 * **bodies**: a body is read here, streaming, under the endpoint's limit: a declared length
   over it gets 413 before reading, a chunked body 413 as soon as it passes it, never read whole
@@ -42,7 +42,7 @@ MAX_TARPIT = 1024
 #: longest pause before a 429
 MAX_PAUSE = 1.0
 #: how much of a refused body is read and dropped, and for how long, before the connection is cut
-LINGER_BYTES = 1024 * 1024
+LINGER_BYTES = 128 * 1024
 LINGER_S = 1.0
 #: seconds a body may go without a byte, and seconds its whole read may take (408 beyond)
 CHUNK_TIMEOUT = 10.0
@@ -227,7 +227,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
                 if paused < MAX_TARPIT:
                     paused += 1
                     try:
-                        await asyncio.sleep(min(MAX_PAUSE, wait))
+                        await asyncio.sleep(MAX_PAUSE)
                     finally:
                         paused -= 1
                 return refuse(429, "rate-limited", "too many requests from this address", wait)
