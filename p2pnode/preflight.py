@@ -2,7 +2,7 @@
 
 :func:`p2pnode.config.validate` judges values; this judges what they point at: files that must
 exist and load (secret, dashboard token, TLS certificate, key and CA), a state directory that
-can be written, and a listen address that can be bound. Each failure is a :class:`ConfigError`
+can be written, a data set folder that exists, and a listen address that can be bound. Each failure is a :class:`ConfigError`
 naming the key and the file or address, so the CLI prints one line and exits 2 — an exit code
 systemd's ``RestartPreventExitStatus=2`` does not restart, as no restart can fix it. Before this
 a missing secret file exited 1 ("No such file or directory", no name) and was restarted every
@@ -54,6 +54,24 @@ def check_files(cfg: Config) -> None:
             raise ConfigError(f"node.tls_ca: {ca} does not load as a CA bundle: {reason}") from None
 
 
+#: where Debian's dataset-fashion-mnist puts the files (p2pnode/data.py reads them)
+DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def check_data(cfg: Config) -> None:
+    """The data set's folder exists (the torch worker reads it; the stub worker reads nothing).
+    Whether it holds the right files the worker says (exit 1): that needs its readers."""
+    t = cfg.training
+    if t.worker != "torch" or t.data == "synthetic":
+        return
+    if t.data_dir:
+        if not Path(t.data_dir).is_dir():
+            raise ConfigError(f"training.data_dir: {t.data_dir} does not exist or is not a directory")
+    elif t.data == "fashion-mnist" and not Path(DEBIAN_FASHION_MNIST).is_dir():
+        raise ConfigError(f"training.data: Fashion-MNIST is not installed ({DEBIAN_FASHION_MNIST} missing): "
+                          "apt-get install dataset-fashion-mnist, or set training.data_dir")
+
+
 def check_state_dir(cfg: Config) -> None:
     """The state directory, or the nearest folder that exists above it, must be writable."""
     path = Path(cfg.node.state_dir).absolute()
@@ -87,5 +105,6 @@ def check_listen(cfg: Config) -> None:
 def check(cfg: Config) -> None:
     """Everything above, files first (cheapest to fix), the port last."""
     check_files(cfg)
+    check_data(cfg)
     check_state_dir(cfg)
     check_listen(cfg)

@@ -97,3 +97,14 @@ def test_busy_listen_port_is_named_before_anything_is_written(tmp_path: Path, cl
                            "--listen", a.addr, *STUB], capture_output=True, text=True, timeout=60)
     assert_refused(proc, tmp_path, f"node.listen: {a.addr} is already in use by another process")
     assert a.status()["node_id"]  # the node that holds the port is untouched
+
+
+def test_missing_data_dir_is_named_for_the_torch_worker(tmp_path: Path) -> None:
+    """Refused before the worker (and torch) start; the stub worker reads no data."""
+    args = ["--set", f"training.data_dir={tmp_path / 'nowhere'}", "--set", "training.worker=torch"]
+    proc = subprocess.run([sys.executable, "-m", "p2pnode", "start", "--state-dir", str(tmp_path / "state"),
+                           "--listen", "127.0.0.1:0", *args], capture_output=True, text=True, timeout=60)
+    assert_refused(proc, tmp_path, f"training.data_dir: {tmp_path / 'nowhere'} does not exist")
+    from p2pnode import data, preflight
+
+    assert str(data.DEBIAN_FASHION_MNIST) == preflight.DEBIAN_FASHION_MNIST  # one place the worker reads
