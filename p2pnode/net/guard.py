@@ -15,10 +15,11 @@ headers and the source address alone, whether a request may cost this node anyth
   gets 400 then. At most ``http.max_body_reads`` bodies are read at once (half of them from one
   address) and at most ``http.max_inflight_bytes`` bytes are held for them; beyond either the
   answer is 503 with ``Retry-After``. A body that stalls for ``CHUNK_TIMEOUT`` seconds, or
-  takes over ``BODY_TIMEOUT`` in all, gets 408. The bytes stay reserved until the handler has
-  answered. The body is handed
-  on as ``request.read()``'s cached result, so the signature check and the handlers see it
-  without reading again.
+  takes over ``BODY_TIMEOUT`` in all, gets 408. A refused body is drained at most
+  ``LINGER_BYTES`` before its connection is cut, and costs its sender ``REFUSED_BODY_COST``
+  requests of its rate. The bytes stay reserved until the handler has answered. The body is
+  handed on as ``request.read()``'s cached result, so the signature check and the handlers see
+  it without reading again.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ UNLIMITED_PATHS = frozenset({"/healthz"})
 MAX_TARPIT = 1024
 #: longest pause before a 429
 MAX_PAUSE = 1.0
+#: requests' worth of rate a refused body costs its sender
+REFUSED_BODY_COST = 10.0
 #: how much of a refused body is read and dropped, and for how long, before the connection is cut
 LINGER_BYTES = 128 * 1024
 LINGER_S = 1.0
@@ -88,6 +91,19 @@ class TokenBuckets:
         while len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
         return wait
+
+
+    def charge(self, key: str, n: float, now: float | None = None) -> None:
+        """Take ``n`` more tokens from ``key`` (down to -burst): a refused body costs its sender
+        REFUSED_BODY_COST requests' worth, so garbage senders are soon held at the door."""
+        if self.rate <= 0:
+            return
+        now = time.monotonic() if now is None else now
+        tokens, at = self._buckets.pop(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        self._buckets[key] = (max(-self.burst, tokens - n), now)
+        while len(self._buckets) > self.max_keys:
+            self._buckets.popitem(last=False)
 
 
 class BodyBudget:
@@ -201,6 +217,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
         then close the connection: aiohttp alone would drain a refused body at full speed for
         its whole lingering time."""
         resp = refuse(status, reason, message)
+        buckets.charge(request.remote or "?", REFUSED_BODY_COST)
         resp.force_close()
         await resp.prepare(request)
         await resp.write_eof()
