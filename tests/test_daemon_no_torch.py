@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from daemon_util import worker_pid
 from nodes import STUB
 
 PROBE = """
@@ -35,3 +38,12 @@ def test_running_daemon_has_no_torch_mapped(cluster) -> None:
     a.wait_ready()
     maps = Path(f"/proc/{a.proc.pid}/maps").read_text()
     assert "libtorch" not in maps and "/torch/" not in maps
+
+
+@pytest.mark.slow
+def test_torch_stays_in_the_worker(cluster) -> None:
+    """With the real trainer the worker maps libtorch and its daemon still does not."""
+    a = cluster("a")
+    a.wait_ready()
+    assert "libtorch" in Path(f"/proc/{worker_pid(a.proc.pid)}/maps").read_text()
+    assert "libtorch" not in Path(f"/proc/{a.proc.pid}/maps").read_text()
