@@ -4,10 +4,10 @@ Anyone who reaches the port can send requests, so the first middleware decides, 
 headers and the source address alone, whether a request may cost this node anything:
 
 * **rate**: a token bucket per client IP (``http.rate_per_source`` requests a second, bursts of
-  ``http.rate_burst``). Beyond it the answer is 429 with ``Retry-After``, given after a pause of
-  ``MAX_PAUSE`` (at most ``MAX_TARPIT`` answers waiting at once), so a client that waits for
-  its answers, as pollers do, makes one refused request a second instead of spinning this
-  node's event loop on refusals. The table of sources is bounded (least recently seen
+  ``http.rate_burst``; ``/metrics`` counts as ``PATH_COST`` requests). Beyond it the answer is
+  429 with ``Retry-After``, given after a pause of ``MAX_PAUSE`` (at most ``MAX_TARPIT``
+  answers waiting at once), so a client that waits for its answers, as pollers do, makes one
+  refused request a second instead of spinning this node's event loop on refusals. The table of sources is bounded (least recently seen
   dropped first), so made-up sources cannot grow it.
 * **bodies**: a body is read here, streaming, under the endpoint's limit: a declared length
   over it gets 413 before reading, a chunked body 413 as soon as it passes it, never read whole
@@ -38,6 +38,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 #: paths never rate-limited: a supervisor's health check must not be refused for a flood
 UNLIMITED_PATHS = frozenset({"/healthz"})
+#: requests' worth of rate that an expensive path costs (rendering /metrics takes ~5 times a
+#: status answer's CPU)
+PATH_COST = {"/metrics": 5.0}
 #: most refused requests held for their pause at once; beyond it refusals are immediate
 MAX_TARPIT = 1024
 #: longest pause before a 429
@@ -75,18 +78,18 @@ class TokenBuckets:
     def __len__(self) -> int:
         return len(self._buckets)
 
-    def take(self, key: str, now: float | None = None) -> float:
-        """Take one token for ``key``: 0.0 if it had one, else the seconds until it will."""
+    def take(self, key: str, cost: float = 1.0, now: float | None = None) -> float:
+        """Take ``cost`` tokens for ``key``: 0.0 if it had them, else the seconds until it will."""
         if self.rate <= 0:
             return 0.0
         now = time.monotonic() if now is None else now
         tokens, at = self._buckets.pop(key, (self.burst, now))
         tokens = min(self.burst, tokens + (now - at) * self.rate)
         wait = 0.0
-        if tokens >= 1.0:
-            tokens -= 1.0
+        if tokens >= cost:
+            tokens -= cost
         else:
-            wait = (1.0 - tokens) / self.rate
+            wait = (cost - tokens) / self.rate
         self._buckets[key] = (tokens, now)
         while len(self._buckets) > self.max_keys:
             self._buckets.popitem(last=False)
@@ -239,7 +242,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         nonlocal paused
         if request.path not in UNLIMITED_PATHS:
-            wait = buckets.take(request.remote or "?")
+            wait = buckets.take(request.remote or "?", PATH_COST.get(request.path, 1.0))
             if wait > 0:
                 if paused < MAX_TARPIT:
                     paused += 1
