@@ -63,6 +63,9 @@ VARIANTS: dict[str, list[str]] = {
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],
     "clip": ["--set", "training.grad_clip=5"],
+    "clip-ring": ["--set", "training.grad_clip=5", "--set", "exchange.peer_selection=ring"],
+    "clip-every2": ["--set", "training.grad_clip=5", "--set", "exchange.every=2", "--set", "compression.publish_every=2",
+                    "--set", "compression.publish=topk:density=0.05"],
     "qgm-clip": ["--set", "training.optimizer=qgm", "--set", "training.grad_clip=5"],
 }
 

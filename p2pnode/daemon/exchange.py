@@ -250,7 +250,7 @@ class Exchange:
         known = [d for p in peers if p.node_id in self.peers and (d := self.peers[p.node_id].distance) is not None]
         worst = max(known) if known else None
         recent = list(self.recent_distances)
-        reached = self.clock.done and (tol <= 0 or (
+        reached = self.clock.done and (tol <= 0 or not peers or (  # alone: nobody to agree with
             len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol))
         self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
         return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": len(peers)}
