@@ -5,7 +5,10 @@ model with ``GET /v1/model?since=V&epoch=E`` (the sparse delta since the replica
 ``exchange.timeout``, and hands the bytes to the worker, which validates them, updates its replica
 and averages. A timeout or error skips the round: the worker never waits for the network, it
 only takes what has arrived between two of its steps. A peer that fails ``fail_threshold``
-times in a row is left out, then tried again after a back-off, until it answers.
+times in a row is left out, then tried again after a back-off, until it answers. A redirect is
+a failure (never followed), and so is a 304 or 503 slower than the peer's adaptive deadline
+(``exchange.slow_answer``, p2pnode/net/deadline.py): a peer that answers "nothing new" just
+before the timeout wastes a round as surely as one that does not answer.
 
 When local training ends (``training.max_samples``) the *consensus finish* begins: no more
 local steps, but exchanges go on at a quick pace (``exchange.finish_interval``) until this node's
