@@ -91,8 +91,9 @@ class TrainingConfig:
     #: averaging included: less drift on skewed shards (docs/BENCHMARKS.md)
     optimizer: str = "sgd"
     #: largest global gradient norm of a step (0: no clipping); guards skewed shards against a
-    #: blow-up that averaging would spread (docs/ALGORITHMS.md)
-    grad_clip: float = 0.0
+    #: blow-up that averaging would spread: measured, Dirichlet 0.1 shards went from 10 % (all
+    #: nodes diverged) to 85.6 %, IID 89.0 -> 89.2 % (docs/ALGORITHMS.md)
+    grad_clip: float = 5.0
     weight_decay: float = 0.0
     #: "constant" or "cosine" (cosine needs max_samples)
     lr_schedule: str = "constant"

@@ -62,7 +62,8 @@ VARIANTS: dict[str, list[str]] = {
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],
-    "clip": ["--set", "training.grad_clip=5"],
+    "clip": ["--set", "training.grad_clip=5"],  # the default since it was measured
+    "noclip": ["--set", "training.grad_clip=0"],
     "clip-ring": ["--set", "training.grad_clip=5", "--set", "exchange.peer_selection=ring"],
     "clip-every2": ["--set", "training.grad_clip=5", "--set", "exchange.every=2", "--set", "compression.publish_every=2",
                     "--set", "compression.publish=topk:density=0.05"],
