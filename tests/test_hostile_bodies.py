@@ -139,3 +139,24 @@ def test_slow_senders_cannot_take_every_body_slot(cluster: Callable[..., NodePro
         for s in stalled:
             s.close()
     assert sample_value(metrics_text(victim.addr), "p2pnode_payloads_rejected_total", {"reason": "busy"}) >= 1
+
+
+def test_bytes_in_flight_are_bounded(cluster: Callable[..., NodeProc]) -> None:
+    victim = cluster("victim", extra=[*STUB, "--set", "http.max_inflight_bytes=100000"])
+    victim.wait_ready()
+    part = b"\x00" * 60000  # under the 64 KiB a model body is judged from: only the byte budget stops it
+    first = open_chunked(victim.addr, "/v1/model?from=x")
+    second = open_chunked(victim.addr, "/v1/model?from=x", source="127.0.0.3")
+    try:
+        first.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n")  # then stalls, holding 60 kB
+        time.sleep(0.5)
+        second.sendall(f"{len(part):x}\r\n".encode() + part + b"\r\n")  # 120 kB in all: over the budget
+        second.settimeout(10)
+        assert second.recv(64).startswith(b"HTTP/1.1 503"), "a body over the in-flight budget was read"
+    finally:
+        first.close()
+        second.close()
+    # the stalled senders gone, their bytes are released: a 60 kB body is read again (and refused
+    # as no payload, 400, by the worker), which 60 kB still held would not allow
+    wait_for(lambda: http_request(victim.addr, "POST", "/v1/model?from=x", part)[0] == 400, 10,
+             "the held bytes to be released")
