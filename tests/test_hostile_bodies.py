@@ -160,3 +160,24 @@ def test_bytes_in_flight_are_bounded(cluster: Callable[..., NodeProc]) -> None:
     # as no payload, 400, by the worker), which 60 kB still held would not allow
     wait_for(lambda: http_request(victim.addr, "POST", "/v1/model?from=x", part)[0] == 400, 10,
              "the held bytes to be released")
+
+
+def test_a_stalled_body_gets_408_and_frees_its_slot(cluster: Callable[..., NodeProc]) -> None:
+    victim = cluster("victim", extra=[*STUB, "--set", "http.max_body_reads=2"])
+    victim.wait_ready()
+    stalled = open_chunked(victim.addr, "/v1/membership/ping")
+    try:
+        stalled.sendall(b"1\r\n\x80\r\n")  # one byte, then nothing: the read slot is held...
+        stalled.settimeout(30)
+        assert stalled.recv(64).startswith(b"HTTP/1.1 408")  # ...until the chunk timeout
+    finally:
+        stalled.close()
+    # the address's only read slot (half of 2) is free again: its next body is read (400: no message)
+    again = open_chunked(victim.addr, "/v1/membership/ping")
+    try:
+        again.sendall(b"1\r\n\x80\r\n0\r\n\r\n")
+        again.settimeout(10)
+        assert again.recv(64).startswith(b"HTTP/1.1 400")
+    finally:
+        again.close()
+    assert sample_value(metrics_text(victim.addr), "p2pnode_payloads_rejected_total", {"reason": "slow-body"}) == 1
