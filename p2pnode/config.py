@@ -138,7 +138,7 @@ class ExchangeConfig:
     #: slow_answer_floor seconds) counts as a failed exchange: a peer that holds us until just
     #: before the timeout with nothing to give is left out like one that does not answer
     slow_answer: float = 3.0
-    slow_answer_floor: float = 0.5
+    slow_answer_floor: float = 1.0
 
 
 @dataclass
