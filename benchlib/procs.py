@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import platform
 import signal
-import threading
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -182,3 +182,19 @@ class DutyCycle:
         self._stop.set()
         self._thread.join(5)
         self._signal(signal.SIGCONT)
+
+
+def status_kb(pid: int, key: str) -> int:
+    """A ``/proc/PID/status`` figure in kB (``VmRSS``, ``VmHWM``...); KeyError if absent."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def rss(pid: int) -> int:
+    """Resident set size of a process, bytes (0 once it is gone)."""
+    try:
+        return status_kb(pid, "VmRSS") * 1024
+    except (OSError, KeyError):
+        return 0

@@ -51,3 +51,21 @@ def wait_for(pred: Callable[[], T], timeout: float, what: str, interval: float =
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last_exc!r})")
         time.sleep(interval)
+
+
+def samples(addr: str, timeout: float = 5.0) -> int:
+    """Training samples a node has processed so far (its status)."""
+    return int(get_json(addr, timeout=timeout)["training"]["samples"])
+
+
+def sample_edge(addr: str, limit: float = 5.0, poll: float = 0.01) -> tuple[float, int]:
+    """The moment node ``addr``'s sample counter changes (to within a poll) and its new value:
+    rates measured between two such edges do not depend on where in a step they start."""
+    first = samples(addr)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        now = samples(addr)
+        if now != first:
+            return time.monotonic(), now
+        time.sleep(poll)
+    return time.monotonic(), samples(addr)

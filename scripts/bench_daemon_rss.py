@@ -18,14 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchlib.procs import status_kb
 from benchlib.status import free_port, get_json, wait_for
-
-
-def status_kb(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise KeyError(key)
 
 
 def one(src: Path) -> tuple[int, int, float]:

@@ -48,7 +48,7 @@ from typing import Any
 from benchlib.cluster import Cluster
 from benchlib.procs import cpu_seconds, worker_pid
 from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
-from benchlib.status import get_json, wait_for
+from benchlib.status import get_json, sample_edge, wait_for
 from p2pnode.daemon.history import History  # noqa: E402
 
 SECTION = "## Dashboard overhead"
@@ -124,28 +124,16 @@ class Browser:
         self.pw.stop()
 
 
-def samples(addr: str) -> int:
-    return int(get_json(addr, timeout=5)["training"]["samples"])
 
 
-def edge(addr: str, limit: float = 2.0) -> tuple[float, int]:
-    """The moment node ``addr``'s sample counter changes (to within a poll), and its new value."""
-    first = samples(addr)
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        now = samples(addr)
-        if now != first:
-            return time.monotonic(), now
-        time.sleep(0.01)
-    return time.monotonic(), samples(addr)
 
 
 def trial(addr: str, daemon_pid: int, seconds: float) -> dict[str, float]:
     worker = worker_pid(daemon_pid)
-    t0, s0 = edge(addr)
+    t0, s0 = sample_edge(addr, 2.0)
     d0, w0 = cpu_seconds(daemon_pid), cpu_seconds(worker)
     time.sleep(seconds)
-    t1, s1 = edge(addr)
+    t1, s1 = sample_edge(addr, 2.0)
     d1, w1 = cpu_seconds(daemon_pid), cpu_seconds(worker)
     return {"rate": (s1 - s0) / (t1 - t0), "daemon_cpu": (d1 - d0) / (t1 - t0), "worker_cpu": (w1 - w0) / (t1 - t0),
             "per_cpu_s": (s1 - s0) / max(1e-9, (d1 - d0) + (w1 - w0))}

@@ -45,20 +45,15 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.cluster import Cluster
-from benchlib.procs import cpu_seconds, worker_pid
+from benchlib.procs import cpu_seconds, rss, worker_pid
 from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
-from benchlib.status import get_json, wait_for
+from benchlib.status import get_json, sample_edge, wait_for
 
 SECTION = "## Hostile floods"
 ATTACKER = "127.0.0.2"
 MiB = 1024 * 1024
 
 
-def rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 class Flood:
@@ -139,20 +134,8 @@ FLOODS: dict[str, tuple[int, Callable[[str, threading.Event, Counter[str]], None
 }
 
 
-def samples(addr: str) -> int:
-    return int(get_json(addr, timeout=10)["training"]["samples"])
 
 
-def edge(addr: str, limit: float = 5.0) -> tuple[float, int]:
-    """The moment the victim's sample counter changes (to within a poll), and its new value."""
-    first = samples(addr)
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        now = samples(addr)
-        if now != first:
-            return time.monotonic(), now
-        time.sleep(0.02)
-    return time.monotonic(), samples(addr)
 
 
 def fetches_ok(peer_addr: str, victim_id: str) -> int:
@@ -171,10 +154,10 @@ def phase(victim_addr: str, victim_pid: int, peer_addr: str, victim_id: str, sec
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     f0 = fetches_ok(peer_addr, victim_id)
-    t0, s0 = edge(victim_addr)
+    t0, s0 = sample_edge(victim_addr, 5.0, 0.02)
     d0, w0 = cpu_seconds(victim_pid), cpu_seconds(worker)
     time.sleep(seconds)
-    t1, s1 = edge(victim_addr)
+    t1, s1 = sample_edge(victim_addr, 5.0, 0.02)
     d1, w1 = cpu_seconds(victim_pid), cpu_seconds(worker)
     f1 = fetches_ok(peer_addr, victim_id)
     done.set()
