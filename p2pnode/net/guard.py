@@ -15,9 +15,9 @@ headers and the source address alone, whether a request may cost this node anyth
   gets 400 then. At most ``http.max_body_reads`` bodies are read at once (half of them from one
   address) and at most ``http.max_inflight_bytes`` bytes are held for them; beyond either the
   answer is 503 with ``Retry-After``. A body that stalls for ``CHUNK_TIMEOUT`` seconds, or
-  takes over ``BODY_TIMEOUT`` in all, gets 408. A refused body is drained at most
-  ``LINGER_BYTES`` before its connection is cut, and costs its sender ``REFUSED_BODY_COST``
-  requests of its rate. The bytes stay reserved until the handler has answered. The body is
+  takes over ``BODY_TIMEOUT`` in all, gets 408. Nothing more of a refused body is read: its
+  connection is paused and cut ``LINGER_S`` later; and a refused body costs its sender
+  ``REFUSED_BODY_COST`` requests of its rate. The bytes stay reserved until the handler has answered. The body is
   handed on as ``request.read()``'s cached result, so the signature check and the handlers see
   it without reading again.
 """
@@ -47,8 +47,7 @@ MAX_TARPIT = 1024
 MAX_PAUSE = 1.0
 #: requests' worth of rate a refused body costs its sender
 REFUSED_BODY_COST = 10.0
-#: how much of a refused body is read and dropped, and for how long, before the connection is cut
-LINGER_BYTES = 128 * 1024
+#: seconds a refused body's connection stays open, unread, for its client to read the answer
 LINGER_S = 1.0
 #: seconds a body may go without a byte, and seconds its whole read may take (408 beyond)
 CHUNK_TIMEOUT = 10.0
@@ -215,27 +214,18 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
                                  headers={"Retry-After": str(max(1, math.ceil(retry_after)))})
 
     async def refuse_and_close(request: web.Request, status: int, reason: str, message: str) -> web.StreamResponse:
-        """Send the refusal, read and drop at most LINGER_BYTES more of the body for at most
-        LINGER_S (so that a client still sending gets to read the answer instead of a reset),
-        then close the connection: aiohttp alone would drain a refused body at full speed for
-        its whole lingering time."""
+        """Send the refusal, stop reading the connection, and close it LINGER_S later: a client
+        still sending stalls and can read the answer (instead of a reset), and not one more byte
+        of the body is read (aiohttp alone would drain it at full speed for its lingering time)."""
         resp = refuse(status, reason, message)
         buckets.charge(request.remote or "?", REFUSED_BODY_COST)
         resp.force_close()
         await resp.prepare(request)
         await resp.write_eof()
-        dropped = 0
-        try:
-            async with asyncio.timeout(LINGER_S):
-                while dropped < LINGER_BYTES and not request.content.at_eof():
-                    chunk = await request.content.readany()
-                    if not chunk:
-                        break
-                    dropped += len(chunk)
-        except Exception:  # the time is up, or the client cut the body (aiohttp's own errors)
-            pass
-        if not request.content.at_eof():
-            request.protocol.force_close()  # the transport sends what is buffered, then closes
+        transport = request.transport
+        if transport is not None and not request.content.at_eof():
+            transport.pause_reading()
+            asyncio.get_running_loop().call_later(LINGER_S, request.protocol.force_close)
         return resp
 
     @web.middleware
