@@ -234,8 +234,8 @@ def main() -> int:
         "CPU-second of the victim's daemon and worker, which other jobs on the machine do not swing; peer "
         "fetches: the peer's successful fetches from the victim per second, against quiet. MiB sent: what the "
         "attackers' sockets accepted (kernel buffers included), not what the daemon read: it reads at most the "
-        "endpoint's limit (or the first 64 KiB of a model body) and drops 128 KiB more before it cuts the "
-        "connection. Before these bounds (issue 8, same floods): the daemon's RSS went from 0.6 to 2.6 GB and "
+        "endpoint's limit (or the first 64 KiB of a model body), then stops reading and cuts the connection "
+        "1 s later. Before these bounds (issue 8, same floods): the daemon's RSS went from 0.6 to 2.6 GB and "
         "training to 0.26 of its rate under the 60 MiB pushes, training to 0.33-0.43 under the 64 pollers, "
         "with no 429.",
     ]
