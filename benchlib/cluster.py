@@ -250,7 +250,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
             last.update({i: s for i, s in enumerate(statuses) if s is not None and i != killed})
             if progress is not None:
                 progress(time.monotonic() - start, statuses)
-            if kill_last_at and killed is None and all(
+            if kill_last_at and killed is None and not restarted and all(
                     i in last and last[i]["training"]["samples"] >= samples * kill_last_at for i in range(nodes - 1)):
                 killed = nodes - 1
                 cluster.nodes[killed].signal(signal.SIGKILL)
