@@ -4,7 +4,7 @@ passes on to the full decode."""
 
 from __future__ import annotations
 
-import os
+import random
 
 import numpy as np
 
@@ -31,7 +31,12 @@ def test_real_payloads_pass_at_any_cut() -> None:
 
 
 def test_garbage_and_other_models_are_refused() -> None:
-    assert all(prefix_error(os.urandom(PREFIX_BYTES), SPEC) is not None for _ in range(2000))
+    # A prefix that ends before it can tell is let through by design (the full decode decides),
+    # and now and then random bytes do that (a map header, then a long key string running past
+    # the prefix): seeded, and judged on the share refused.
+    rng = random.Random(1234)
+    refused = sum(prefix_error(rng.randbytes(PREFIX_BYTES), SPEC) is not None for _ in range(2000))
+    assert refused >= 1990, refused
     other = ModelSpec("another", SPEC.tensors)
     for body in payloads():
         assert "fingerprint" in (prefix_error(body[:PREFIX_BYTES], other) or "")
