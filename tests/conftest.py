@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
+from fake_peer import FakePeer
 from nodes import NodeProc
+
 
 @pytest.fixture
 def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., NodeProc]]:
@@ -34,3 +35,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     rep = outcome.get_result()
     setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture
+def fake_peer() -> Iterator[Callable[[str], FakePeer]]:
+    """Factory: ``fake_peer("slow-304")`` starts a misbehaving peer (tests/fake_peer.py); all are
+    stopped after the test."""
+    made: list[FakePeer] = []
+
+    def make(attack: str) -> FakePeer:
+        made.append(FakePeer(attack).start())
+        return made[-1]
+
+    yield make
+    for f in made:
+        f.stop()

@@ -6,16 +6,21 @@ is refused by the node that pulled it and never reaches its worker."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from daemon_util import http_request
 from fake_peer import FakePeer
-
 from nodes import STUB, NodeProc, wait_for
-from p2pnode.net.auth import HEADER_SIG, ReplayCache, sign, sign_response, verify_response
+
+from p2pnode.net.auth import (
+    HEADER_SIG,
+    ReplayCache,
+    sign,
+    sign_response,
+    verify_response,
+)
 
 SECRET = b"both ways"
 
@@ -30,18 +35,6 @@ def ready(node: NodeProc) -> dict[str, Any]:
     return wait_for(lambda: (s := signed_json(node.addr, "/v1/status"))["training"]["worker_alive"]
                     and s["joined"] and s, 40, f"{node.name} to be ready")
 
-
-@pytest.fixture
-def fake_peer() -> Iterator[Callable[[str], FakePeer]]:
-    made: list[FakePeer] = []
-
-    def make(attack: str) -> FakePeer:
-        made.append(FakePeer(attack).start())
-        return made[-1]
-
-    yield make
-    for f in made:
-        f.stop()
 
 
 def test_replay_cache_refuses_a_signature_twice_and_stays_bounded() -> None:

@@ -8,27 +8,13 @@ follow the redirect (the third party gets no request at all)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fake_peer import FakePeer
-
 from nodes import STUB, NodeProc, get_json, wait_for
-
-
-@pytest.fixture
-def fake_peer(request: pytest.FixtureRequest) -> Iterator[Callable[[str], FakePeer]]:
-    made: list[FakePeer] = []
-
-    def make(attack: str) -> FakePeer:
-        made.append(FakePeer(attack).start())
-        return made[-1]
-
-    yield make
-    for f in made:
-        f.stop()
 
 
 def record(node: NodeProc, peer_id: str) -> dict[str, Any]:
