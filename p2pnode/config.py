@@ -113,6 +113,16 @@ class TrainingConfig:
     #: "torch" (the trainer) or "stub" (numpy only, no learning: for tests of membership,
     #: auth, TLS and lifecycle that need real nodes but no training; p2pnode/worker/stub.py)
     worker: str = "torch"
+    #: what to train (docs/TASKS.md): empty for the built-in task of ``model`` and ``data``; an
+    #: import string "my_pkg.tasks:photos"; or a short name: "imagefolder" (any torchvision
+    #: model on folders of images) or one an installed package registers (entry point group
+    #: "p2pnode.tasks"). Its settings are the [task] table
+    task: str = ""
+    #: "auto" (a CUDA GPU when torch sees one, else the CPU), "cpu" or "cuda[:i]"; what goes on
+    #: the wire is always on the CPU
+    device: str = "auto"
+    #: DataLoader processes reading the training data (0: the worker reads it itself)
+    loader_workers: int = 0
 
 
 @dataclass
@@ -237,6 +247,9 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    #: settings of the task (training.task), given to it as they are: its own keys, checked by
+    #: the task, not here (docs/TASKS.md)
+    task: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -305,6 +318,12 @@ def merge(cfg: Config, data: dict[str, Any]) -> None:
         if not isinstance(values, dict):
             raise ConfigError(f"[{section}] must be a table")
         target = getattr(cfg, section)
+        if isinstance(target, dict):  # [task]: the task's own keys, read and checked by the task
+            for key, value in values.items():
+                if not isinstance(value, (str, int, float, bool, list)):
+                    raise ConfigError(f"{section}.{key}: expected a string, number, boolean or list, got {value!r}")
+                target[key] = value
+            continue
         hints = get_type_hints(type(target))
         for key, value in values.items():
             if key not in hints:
@@ -375,6 +394,13 @@ def validate(cfg: Config) -> None:
     _choice("training.model", t.model, tuple(MODEL_INPUTS))
     _choice("training.data", t.data, ("fashion-mnist", "cifar10", "synthetic"))
     _choice("training.worker", t.worker, ("torch", "stub"))
+    from p2pnode.tasks.registry import check_syntax
+
+    if (why := check_syntax(t.task)) is not None:
+        raise ConfigError(f"training.task: {why}")
+    if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", t.device):
+        raise ConfigError(f"training.device: {t.device!r} is not auto, cpu, cuda or cuda:I")
+    _positive("training.loader_workers", t.loader_workers, allow_zero=True)
     if t.data == "cifar10" and not t.data_dir:
         raise ConfigError("training.data_dir: required for cifar10 (the folder holding cifar-10-batches-py)")
     want_channels = 1 if t.data in ("fashion-mnist", "synthetic") else 3

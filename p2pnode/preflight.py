@@ -103,8 +103,12 @@ def check_listen(cfg: Config) -> None:
 
 
 def check(cfg: Config) -> None:
-    """Everything above, files first (cheapest to fix), the port last."""
+    """Everything above, files first (cheapest to fix), then the port, then a named task
+    (loaded, built and tried on one batch in a subprocess: p2pnode/tasks/check.py)."""
+    from p2pnode.tasks.check import check_task
+
     check_files(cfg)
     check_data(cfg)
     check_state_dir(cfg)
     check_listen(cfg)
+    check_task(cfg)

@@ -60,6 +60,19 @@ class ArchitectureMismatch(PayloadError):
     """The payload describes another model (fingerprint or tensor specs differ)."""
 
 
+def describe(fp: str) -> str:
+    """A fingerprint in words: ``TASK@HASH`` (p2pnode.tasks.runtime.fingerprint) names its task."""
+    task, sep, digest = fp.rpartition("@")
+    return f"task {task!r} (model {digest})" if sep else f"model {fp!r}"
+
+
+def mismatch(theirs: str, ours: str) -> str:
+    """Why a payload of fingerprint ``theirs`` is refused by a node of fingerprint ``ours``."""
+    if theirs.rpartition("@")[0] != ours.rpartition("@")[0]:
+        return f"another task: the peer trains {describe(theirs)}, this node {describe(ours)}"
+    return f"model fingerprint differs: the peer's {describe(theirs)}, this node's {describe(ours)}"
+
+
 class NonFiniteError(PayloadError):
     """The payload carries NaN or infinity."""
 
@@ -351,7 +364,7 @@ def decode(data: bytes, expect: ModelSpec | None = None,
 
     fp = _str(obj, "fp")
     if expect is not None and fp != expect.fingerprint:
-        raise ArchitectureMismatch("model fingerprint differs")
+        raise ArchitectureMismatch(mismatch(fp, expect.fingerprint))
     version = _int(obj, "ver", 0, MAX_VERSION)
     if kind == "delta":
         base = _int(obj, "base", 0, version - 1)

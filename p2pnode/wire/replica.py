@@ -29,6 +29,7 @@ from p2pnode.wire.codec import (
     PayloadError,
     Snapshot,
     decode,
+    mismatch,
     encode,
 )
 
@@ -72,7 +73,9 @@ class Replica:
         their arrays are already checked. Otherwise the payload is re-checked in full.
         """
         h = payload.header
-        if h.fingerprint != self.spec.fingerprint or h.specs != self.spec.tensors:
+        if h.fingerprint != self.spec.fingerprint:
+            raise ArchitectureMismatch(mismatch(h.fingerprint, self.spec.fingerprint))
+        if h.specs != self.spec.tensors:
             raise ArchitectureMismatch("payload describes another model")
         if h.node_id != self.node_id:
             raise PayloadError("payload of another node")

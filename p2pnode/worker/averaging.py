@@ -34,8 +34,8 @@ def average_into(model: nn.Module, peer: dict[str, torch.Tensor], weight: float)
     with top-1 % copies it diverged at w = 1/2 and learned far slower at w = 0.1.
     """
     for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point():
-            tensor.mul_(1.0 - weight).add_(peer[name].view_as(tensor), alpha=weight)
+        if tensor.is_floating_point() and name in peer:  # not frozen, nor a tied tensor's second name
+            tensor.mul_(1.0 - weight).add_(peer[name].to(tensor.device).view_as(tensor), alpha=weight)
 
 
 @torch.no_grad()
@@ -44,8 +44,8 @@ def relative_distance(model: nn.Module, peer: dict[str, torch.Tensor]) -> float:
     (the consensus finish runs until this is small for every peer)."""
     diff, norm = 0.0, 0.0
     for name, tensor in model.state_dict().items():
-        if tensor.is_floating_point():
+        if tensor.is_floating_point() and name in peer:
             x = tensor.reshape(-1).float()
-            diff += float(torch.sum((x - peer[name].reshape(-1).float()) ** 2))
+            diff += float(torch.sum((x - peer[name].reshape(-1).to(x.device, torch.float32)) ** 2))
             norm += float(torch.sum(x * x))
     return math.sqrt(diff) / max(math.sqrt(norm), 1e-12)

@@ -22,8 +22,6 @@ from p2pnode import checkpoint
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.data import DataError
-from p2pnode.model_names import NUM_CLASSES
-from p2pnode.models import fingerprint
 from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import (
     ADOPT,
@@ -76,7 +74,7 @@ class Worker:
                     "move it away to start from a peer's model or from scratch") from exc
         self.resumed = state is not None
         model = self.trainer.model
-        self.spec = ModelSpec.from_state_dict(floating_state(model), fingerprint(model))
+        self.spec = ModelSpec.from_state_dict(floating_state(model), self.trainer.fingerprint)
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
                                  secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
@@ -91,7 +89,7 @@ class Worker:
         self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
                           step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
                           resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters()),
-                          classes=histogram(t.train_split.labels.numpy(), NUM_CLASSES)))
+                          classes=histogram(t.train_split.labels.numpy(), int(getattr(t.task, "num_classes", 0)))))
 
     def save_checkpoint(self, token: int) -> None:
         state: dict[str, Any] = self.trainer.state_dict()

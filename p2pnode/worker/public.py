@@ -21,8 +21,26 @@ from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode
 
 
 def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The state entries that are averaged and published: floating point only."""
-    return {k: v for k, v in model.state_dict().items() if v.is_floating_point()}
+    """The state entries that are averaged and published: trainable parameters and floating
+    buffers (BatchNorm's running mean and variance are averaged like weights: a model averaged
+    with stale statistics of its own evaluates badly), each tensor once.
+
+    Left out: integer buffers (BatchNorm's ``num_batches_tracked`` is a local count, never
+    averaged), frozen parameters (``requires_grad`` False: every node keeps the same initial
+    values, so there is nothing to send) and a tied tensor's second name (sent once, under its
+    first name; averaging it once updates both)."""
+    frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        if not tensor.is_floating_point() or name in frozen:
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        out[name] = tensor
+    return out
 
 
 class DeltaPublisher:
@@ -37,7 +55,9 @@ class DeltaPublisher:
         self.epoch = epoch
         self.version = version
         self.value_dtype = value_dtype
-        self.xhat = {k: v.detach().reshape(-1).clone().float() for k, v in floating_state(model).items()}
+        # x_hat lives on the CPU whatever training.device is: it is what goes on the wire
+        self.xhat = {k: v.detach().reshape(-1).to("cpu", torch.float32, copy=True)
+                     for k, v in floating_state(model).items()}
 
     def _header(self, kind: str, base: int, step: int, loss: float) -> Header:
         loss = loss if math.isfinite(loss) else -1.0  # -1: not known yet (before the first step)
@@ -54,7 +74,7 @@ class DeltaPublisher:
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         current = floating_state(self.model)
         for name, xhat in self.xhat.items():
-            diff = current[name].reshape(-1).float() - xhat
+            diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
             idx = self.sparsifier.select(diff)
             idx = idx[diff[idx] != 0]  # a top-k of a model that has not moved would send k zeros
             if idx.numel() == 0:

@@ -1,5 +1,9 @@
 """Local training on this node's shard: the paper's steps 1-5 (sample, gradient, per-layer
-threshold mask, momentum SGD step), plus evaluation. No networking here."""
+threshold mask, momentum SGD step), plus evaluation. No networking here.
+
+What is trained comes from the task (``training.task``, p2pnode/tasks/): its model, its data
+read through the worker's DataLoader (p2pnode/tasks/loader.py), the loss of a batch and the
+named metrics of an evaluation. The built-in models and data sets are a task like any other."""
 
 from __future__ import annotations
 
@@ -8,29 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-from p2pnode import data as datasets
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.config import Config, parse_shard
-from p2pnode.models import build_model
+from p2pnode.tasks import loader, runtime
 from p2pnode.worker.qgm import QuasiGlobalSGD
-
-
-def load_splits(cfg: Config) -> tuple[datasets.Split, datasets.Split]:
-    t = cfg.training
-    source = Path(t.data_dir) if t.data_dir else None
-    if t.data == "fashion-mnist":
-        train, test = datasets.fashion_mnist(True, source), datasets.fashion_mnist(False, source)
-    elif t.data == "cifar10":
-        assert source is not None
-        train, test = datasets.cifar10(True, source), datasets.cifar10(False, source)
-    else:
-        shape = (1, 28, 28) if t.model == "cnn" else (3, 32, 32)
-        train = datasets.synthetic(t.synthetic_samples, seed=1, shape=shape)
-        test = datasets.synthetic(max(256, t.synthetic_samples // 4), seed=2, shape=shape)
-    index, count = parse_shard(t.shard)
-    return datasets.shard(train, index, count, t.partition, t.partition_seed), test
 
 
 #: finite steps after which a step size halved by a divergence is doubled back
@@ -55,12 +41,17 @@ class ShardTrainer:
         self.cfg = cfg
         torch.set_num_threads(t.threads)
         shard_index, _ = parse_shard(t.shard)
-        self.train_split, self.test_split = load_splits(cfg)
-        in_channels = int(self.train_split.images.shape[1])
+        loaded = runtime.load(cfg)
+        self.task, self.task_name, self.device = loaded.task, loaded.label, loaded.device
+        #: this node's shard (``.labels``: class per item, empty when the task has none)
+        self.train_split, self.test_split = loaded.shard, loaded.test
         # Every node of a cluster starts from the same weights (same training.seed): averaging
         # models that began from different random points mixes unrelated features.
         torch.manual_seed(t.seed)
-        self.model = build_model(t.model, in_channels=in_channels)
+        self.model = self.task.build_model().to(self.device)
+        self.fingerprint = runtime.fingerprint(self.task_name, self.model)
+        #: the last evaluation's named metrics (the task's: loss, accuracy, perplexity...)
+        self.metrics: dict[str, float] = {}
         torch.manual_seed(t.seed * 1000 + shard_index + 1)
         self.optimizer = build_optimizer(t.optimizer, self.model, t.lr, t.momentum, t.weight_decay)
         self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
@@ -74,8 +65,7 @@ class ShardTrainer:
         self.lr_scale = 1.0
         self._finite_run = 0
         self._gen = torch.Generator().manual_seed(t.seed * 7919 + shard_index)
-        self._order = torch.randperm(len(self.train_split), generator=self._gen)
-        self._pos = 0
+        self._batches = loader.train_batches(self.task, self.train_split, t.batch_size, self._gen, t.loader_workers)
 
     @property
     def done(self) -> bool:
@@ -100,26 +90,22 @@ class ShardTrainer:
         self._finite_run = 0
         return self.lr_scale
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        bs = self.cfg.training.batch_size
-        if self._pos + bs > len(self._order):
-            self._order = torch.randperm(len(self.train_split), generator=self._gen)
-            self._pos = 0
-        idx = self._order[self._pos:self._pos + bs]
-        self._pos += bs
-        return self.train_split.images[idx], self.train_split.labels[idx]
+    def _next_batch(self) -> Any:
+        """The next shuffled batch of the shard, on the training device."""
+        return loader.to_device(next(self._batches), self.device)
 
     def train_step(self) -> float:
         self.model.train()
-        images, labels = self._next_batch()
+        batch = self._next_batch()
         lr = self.lr_now()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=False)
-        loss = F.cross_entropy(self.model(images), labels)
+        loss = self.task.loss(self.model, batch)
+        runtime.check_loss(loss)
         value = float(loss.detach())
         self.step += 1
-        self.samples += int(labels.shape[0])
+        self.samples += loader.batch_len(batch)
         if not math.isfinite(value):
             # A diverged batch: taking the step would spread NaN into the model and, through
             # publishing, nowhere else (the wire refuses it). Skip it and let the caller decide.
@@ -143,17 +129,12 @@ class ShardTrainer:
 
     @torch.no_grad()
     def evaluate(self, limit: int = 0) -> tuple[float, float, int]:
-        """(accuracy, mean loss, images) on the first ``limit`` test images (0: all)."""
+        """(accuracy, mean loss, items) on the first ``limit`` test items (0: all); the task's
+        every metric is kept in ``self.metrics``. A task without accuracy reports -1."""
         self.model.eval()
-        n = len(self.test_split) if not limit else min(limit, len(self.test_split))
-        correct, total_loss = 0, 0.0
-        for start in range(0, n, 1000):
-            x = self.test_split.images[start:min(n, start + 1000)]
-            y = self.test_split.labels[start:min(n, start + 1000)]
-            out = self.model(x)
-            total_loss += float(F.cross_entropy(out, y, reduction="sum"))
-            correct += int((out.argmax(1) == y).sum())
-        return correct / max(1, n), total_loss / max(1, n), n
+        batches, n = loader.eval_batches(self.task, self.test_split, limit, self.device)
+        self.metrics = {k: float(v) for k, v in self.task.evaluate(self.model, batches).items()}
+        return self.metrics.get("accuracy", -1.0), self.metrics.get("loss", float("nan")), n
 
     def checkpoint_accuracy(self, state_dir: Path) -> float | None:
         """Accuracy on the whole test set of the checkpoint in ``state_dir`` (None: there is
