@@ -65,6 +65,10 @@ class NodeConfig:
     #: file holding the dashboard token (preferred over ``dashboard_token``)
     dashboard_token_file: str = ""
     log_level: str = "info"
+    #: "peer" (decentralised training, the default), "ps" (a parameter server: holds the model,
+    #: applies workers' pushed gradients as they come) or "ps-worker" (pushes gradients to the
+    #: server, its first seed, and pulls its weights); p2pnode/ps/, docs/ARCHITECTURE.md
+    role: str = "peer"
 
 
 @dataclass
@@ -233,6 +237,9 @@ class LoggingConfig:
     history_max_bytes: int = 4 * 1024 * 1024
 
 
+#: node.role: a decentralised peer, or one side of the parameter-server mode (p2pnode/ps/)
+ROLES = ("peer", "ps", "ps-worker")
+
 #: [membership] keys that override a SWIM profile's value when non-zero
 SWIM_TIMINGS = ("probe_interval", "probe_timeout", "suspicion_mult", "push_pull_interval")
 
@@ -387,6 +394,9 @@ def validate(cfg: Config) -> None:
     if bool(n.tls_cert) != bool(n.tls_key):
         raise ConfigError("node.tls_cert and node.tls_key go together")
     _choice("node.log_level", n.log_level, ("debug", "info", "warning", "error"))
+    _choice("node.role", n.role, ROLES)
+    if n.role == "ps-worker" and not n.seeds:
+        raise ConfigError("node.role: a ps-worker needs the parameter server's address as its first seed (--seed)")
     _choice("logging.format", cfg.logging.format, ("text", "json"))
     _positive("logging.history_interval", cfg.logging.history_interval, allow_zero=True)
     if cfg.logging.history_max_bytes < 4096:

@@ -40,6 +40,8 @@ MEMBERSHIP_BODY = {"push-pull": 4 * 1024 * 1024, "join": MAX_MESSAGE, "sync": MA
 SWIM_MESSAGE_BODY = 64 * 1024
 
 REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422}
+#: endpoints whose body is a model payload: a peer's model, or a gradient pushed to a parameter server
+PAYLOAD_PATHS = ("/v1/model", "/v1/ps/gradient")
 
 
 def _nonneg_int(request: web.Request, key: str) -> int | None:
@@ -81,7 +83,7 @@ class HttpApi:
 
     def body_limit(self, request: web.Request) -> int:
         """The largest body the endpoint of ``request`` takes (the guard reads no more)."""
-        if request.path == "/v1/model":
+        if request.path in PAYLOAD_PATHS:
             return self.post_limit()
         if request.path.startswith("/v1/membership/"):
             return MEMBERSHIP_BODY.get(request.path.removeprefix("/v1/membership/"), SWIM_MESSAGE_BODY)
@@ -90,7 +92,7 @@ class HttpApi:
     def body_prefix_error(self, request: web.Request, prefix: bytes) -> str | None:
         """For POST /v1/model: why the body's first bytes cannot begin a payload of this model."""
         served = self.model.served
-        if request.path != "/v1/model" or served is None:
+        if request.path not in PAYLOAD_PATHS or served is None:
             return None
         return prefix_error(prefix, served.spec)
 

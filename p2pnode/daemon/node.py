@@ -81,6 +81,8 @@ class Node:
         self.exchange: Exchange | None = None
         self.api: HttpApi | None = None
         self.joined = False
+        #: the parameter-server side of this node (node.role "ps" or "ps-worker"; p2pnode/ps/), else None
+        self.ps: Any = None
 
     # --- pieces -----------------------------------------------------------------------------
 
@@ -115,7 +117,7 @@ class Node:
     def status(self) -> dict[str, Any]:
         assert self.membership is not None and self.exchange is not None
         ex = self.exchange.status()
-        return {
+        out: dict[str, Any] = {
             "node_id": self.node_id,
             "addr": self.addr,
             "version": __version__,
@@ -139,6 +141,20 @@ class Node:
                       "model_served": self.api.bytes_served if self.api else 0,
                       "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},
         }
+        if self.ps is not None:  # no averaging in the parameter-server roles: done is the end
+            out["ps"] = self.ps.status()
+            out["consensus"] = {"reached": self.supervisor.clock.done, "role": self.cfg.node.role}
+        return out
+
+    def _fetcher(self) -> Callable[[], Awaitable[None]]:
+        """The actor that brings models in: the exchange for a peer, push-and-pull for a
+        ps-worker; a parameter server fetches nothing (its workers come to it)."""
+        assert self.exchange is not None
+        if self.cfg.node.role == "peer":
+            return self.exchange.run
+        if self.cfg.node.role == "ps-worker":
+            return self.ps.run  # type: ignore[no-any-return]
+        return asyncio.Event().wait  # type: ignore[return-value]
 
     # --- actors -----------------------------------------------------------------------------
 
@@ -230,6 +246,16 @@ class Node:
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
                            lambda: sup.state.worker_alive)
         app = self.api.build_app(self.secret)
+        if self.cfg.node.role == "ps":
+            from p2pnode.ps.server import PsServer
+
+            self.ps = PsServer(self.cfg, self.api, sup.pipe)
+            self.ps.add_routes(app)
+        elif self.cfg.node.role == "ps-worker":
+            from p2pnode.ps.client import PsClient
+
+            self.ps = PsClient(self.cfg, sup.pipe, sup.clock, self.client, self.node_id)
+            sup.on_message = self.ps.on_message
         self.membership.add_routes(app)
         dashboard.install(app, self)  # GET /, /v1/history, /v1/cluster; its history sampler runs with the app
         # lingering_time: the unread rest of a refused body is drained for at most 1 s, not 10
@@ -247,7 +273,7 @@ class Node:
                 tg.create_task(self._stopper(), name="stopper")
                 tg.create_task(self._join(), name="join")
                 tg.create_task(self._supervised("membership", self.membership.run), name="membership")
-                tg.create_task(self._supervised("exchange", self.exchange.run), name="exchange")
+                tg.create_task(self._supervised("exchange", self._fetcher()), name="exchange")
                 tg.create_task(self._supervised("checkpointer", self._checkpointer), name="checkpointer")
                 tg.create_task(self._member_gauges(), name="member-gauges")
                 tg.create_task(notify.watchdog_loop(), name="watchdog")

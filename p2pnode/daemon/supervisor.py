@@ -19,6 +19,7 @@ import logging
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Awaitable, Callable
 
 from p2pnode import worker as worker_process
 from p2pnode.config import Config
@@ -60,6 +61,8 @@ class WorkerSupervisor:
         self._proc: mp.process.BaseProcess | None = None
         self._stopping = False
         self._consuming = False  # run() is reading the worker's messages
+        #: where messages this supervisor does not route go (a role's own, p2pnode/ps/); None: dropped
+        self.on_message: Callable[[Message], Awaitable[None]] | None = None
 
     @property
     def worker_pid(self) -> int | None:
@@ -148,6 +151,8 @@ class WorkerSupervisor:
             self.pipe.answer(msg)
         elif isinstance(msg, Failed):
             raise WorkerFailed(msg.detail)
+        elif self.on_message is not None:
+            await self.on_message(msg)
 
     async def _on_published(self, msg: Published) -> None:
         served = self.model.served

@@ -17,6 +17,8 @@ from typing import Any
 
 #: ``training.worker`` -> the module whose ``run(conn, cfg_dict, node_id)`` is the worker
 IMPLEMENTATIONS = {"torch": "p2pnode.worker.main", "stub": "p2pnode.worker.stub"}
+#: ``node.role`` other than "peer" -> its worker module (the parameter-server mode, p2pnode/ps/)
+ROLE_IMPLEMENTATIONS = {"ps": "p2pnode.ps.server_loop", "ps-worker": "p2pnode.ps.worker_loop"}
 
 
 def run(implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
@@ -31,4 +33,6 @@ def run(implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id
     logfmt.set_node(node_id)
     logging.getLogger("p2pnode.worker").info("worker process %d started (training.worker = %s)", os.getpid(),
                                              implementation)
-    importlib.import_module(IMPLEMENTATIONS[implementation]).run(conn, cfg_dict, node_id)
+    role = cfg_dict.get("node", {}).get("role", "peer")
+    module = ROLE_IMPLEMENTATIONS.get(role, IMPLEMENTATIONS[implementation])
+    importlib.import_module(module).run(conn, cfg_dict, node_id)

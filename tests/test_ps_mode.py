@@ -1,0 +1,71 @@
+"""Parameter-server mode (``node.role = "ps"`` / ``"ps-worker"``, p2pnode/ps/): real daemons on
+loopback with the torch worker on a small synthetic task. The server applies every worker's
+pushed gradient (its model version and step advance with each, each worker's pushes are counted),
+refuses garbage and a peer's model push without changing anything, and goes on applying the
+survivor's pushes after another worker is SIGKILLed: a dead worker never stalls it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from daemon_util import http_request
+from nodes import wait_for
+
+PS = ["--set", "node.role=ps", "--set", "compression.publish=topk:density=1.0", "--set", "exchange.timeout=5"]
+WORKER = ["--set", "node.role=ps-worker", "--set", "exchange.timeout=5"]
+
+
+def test_ps_daemon_modules_import_no_torch() -> None:
+    probe = ("import sys, p2pnode.ps.server, p2pnode.ps.client, p2pnode.ps.messages, p2pnode.daemon.node\n"
+             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_ps_worker_needs_a_server() -> None:
+    out = subprocess.run([sys.executable, "-m", "p2pnode", "start", "--set", "node.role=ps-worker"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "node.role" in out.stderr and "seed" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_server_applies_pushes_and_survives_a_killed_worker(cluster) -> None:
+    server = cluster("ps", extra=PS)
+    server.wait_ready(90)
+    first = server.status()["training"]["published_version"]
+    workers = [cluster(f"w{i}", seeds=[server.addr], extra=[*WORKER, "--shard", f"{i}/2"]) for i in range(2)]
+    ids = [w.wait_ready(90)["node_id"] for w in workers]
+
+    def pushes() -> dict[str, int]:
+        return {k: v["pushes"] for k, v in server.status()["ps"]["workers"].items()}
+
+    wait_for(lambda: all(pushes().get(i, 0) >= 5 for i in ids), 120, "both workers' pushes applied")
+    s = server.status()
+    assert s["ps"]["applied"] >= 10 and s["training"]["step"] >= s["ps"]["applied"]
+    assert s["training"]["published_version"] > first  # every applied push is published
+    w = workers[0].status()
+    assert w["ps"]["pulls"] >= 5 and w["ps"]["version"] > 0  # the worker pulls the server's weights
+
+    # garbage and a peer's model push change nothing: refused, counted, no version for them
+    refused = s["ps"]["refused"]
+    status, _, _ = http_request(server.addr, "POST", "/v1/ps/gradient?from=x", b"\x81\xa3fmt\x01" + b"\0" * 64)
+    assert status == 400
+    status, _, _ = http_request(server.addr, "POST", "/v1/model?from=x", b"\x81\xa3fmt\x01" + b"\0" * 64)
+    assert status == 400
+    assert server.status()["ps"]["refused"] >= refused  # the prefix guard may refuse it before the worker
+
+    workers[1].signal(signal.SIGKILL)
+    assert workers[1].proc is not None
+    workers[1].proc.wait(10)
+    before = pushes()
+    applied = server.status()["ps"]["applied"]
+    wait_for(lambda: server.status()["ps"]["applied"] >= applied + 15, 90, "pushes applied after the kill")
+    after = pushes()
+    assert after[ids[0]] >= before[ids[0]] + 15  # the survivor's pushes went on being applied
+    assert after.get(ids[1], 0) <= before.get(ids[1], 0) + 1  # at most one in flight at the kill
+    assert server.status()["training"]["worker_alive"]
