@@ -102,9 +102,11 @@ class Evaluated(Message):
 
     kind: ClassVar[str] = "evaluated"
     step: int
-    accuracy: float
+    accuracy: float  # -1: the task reports no accuracy (a language model)
     loss: float
     samples: int
+    #: every metric the task reported (p2pnode/tasks/: loss, accuracy, perplexity...)
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclass

@@ -37,6 +37,8 @@ class TrainingState:
     test_loss: float | None = None
     eval_step: int = 0
     eval_samples: int = 0
+    #: the task's named metrics of the last evaluation (finite values only)
+    metrics: dict[str, float] = field(default_factory=dict)
     params: int = 0
     #: samples per class in this node's shard (training.partition)
     classes: list[int] = field(default_factory=list)

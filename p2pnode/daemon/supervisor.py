@@ -137,8 +137,11 @@ class WorkerSupervisor:
             await self._on_hello(msg)
         elif isinstance(msg, Evaluated):
             s.accuracy, s.test_loss, s.eval_step, s.eval_samples = msg.accuracy, msg.loss, msg.step, msg.samples
+            s.metrics = {k: float(v) for k, v in msg.metrics.items() if isinstance(v, (int, float)) and abs(v) < float("inf")}
             self.metrics.accuracy.set(msg.accuracy)
-            log.info("step %d: test accuracy %.4f on %d images", msg.step, msg.accuracy, msg.samples)
+            named = "  ".join(f"{k} {v:.4g}" for k, v in sorted(s.metrics.items()) if k not in ("accuracy", "loss"))
+            log.info("step %d: test accuracy %.4f on %d images%s", msg.step, msg.accuracy, msg.samples,
+                     f" ({named})" if named else "")
         elif isinstance(msg, Checkpointed):
             if msg.ok:
                 s.last_checkpoint_step, s.last_checkpoint_at = msg.step, time.time()

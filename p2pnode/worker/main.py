@@ -128,7 +128,7 @@ class Worker:
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)
-        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n))
+        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n, metrics=dict(self.trainer.metrics)))
 
     def handle(self, msg: Message) -> None:
         if isinstance(msg, PeerPayload):
