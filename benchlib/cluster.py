@@ -146,6 +146,7 @@ class NodeResult:
     received: int
     exchanges: int
     skipped: int
+    clipped: int = 0  #: exchanges averaged in clipped to the robust radius (exchange.robust)
 
 
 @dataclass
@@ -226,17 +227,20 @@ def finished(status: dict[str, Any]) -> bool:
 def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[str] = (), port: int = 7571,
           timeout: float = 900.0, place: Place = loopback, kill_last_at: float = 0.0, restart_after: float = -1.0,
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
-          on_start: Callable[[Cluster], Any] | None = None) -> TrainResult:
+          on_start: Callable[[Cluster], Any] | None = None,
+          node_args: Callable[[int], Sequence[str]] | None = None) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
     (same state dir: it resumes from its checkpoint) that many seconds later, and wait for it too.
     ``progress(elapsed, statuses)`` is called after every poll (once a second); ``on_start(cluster)``
-    once the nodes run (what it returns, if a context manager, is entered then and exited at the end)."""
+    once the nodes run (what it returns, if a context manager, is entered then and exited at the end);
+    ``node_args(i)``: more arguments for node i alone (after ``extra``)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    cluster = Cluster(run, nodes, lambda i: training_args(i, nodes, samples, extra), port, place)
+    cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, extra),
+                                             *(node_args(i) if node_args else ())], port, place)
     last: dict[int, dict[str, Any]] = {}
     killed: int | None = None
     killed_at, restarted = 0.0, False
@@ -273,5 +277,5 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
         t, ex = s.get("training", {}), s.get("exchanges", {})
         rows.append(NodeResult(node=i, accuracy=acc, train_seconds=t.get("train_seconds"), samples=t.get("samples"),
                                received=s.get("bytes", {}).get("model_received", 0), exchanges=ex.get("done", 0),
-                               skipped=ex.get("skipped", 0)))
+                               skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0)))
     return TrainResult(name, rows, killed is not None or restarted, wall)

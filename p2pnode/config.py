@@ -153,6 +153,17 @@ class ExchangeConfig:
     #: before the timeout with nothing to give is left out like one that does not answer
     slow_answer: float = 3.0
     slow_answer_floor: float = 1.0
+    #: "clip" (self-centred clipping, He et al. 2022's ClippedGossip: a peer's model moves ours
+    #: by at most a radius tau, so a poisoned peer cannot drag it away) or "none" (average as is).
+    #: tau = clip_factor x the lower median over peers of their recent distances ||x_peer - x||
+    #: / ||x||, at most clip_max (relative to ||x||; also the radius before any history).
+    #: A model further than clip_refuse x tau is not averaged at all (an outlier: counted as a
+    #: failed exchange, so a peer that keeps sending them is left out).
+    #: p2pnode/worker/robust.py, docs/ALGORITHMS.md
+    robust: str = "clip"
+    clip_factor: float = 3.0
+    clip_max: float = 0.25
+    clip_refuse: float = 4.0
 
 
 @dataclass
@@ -463,6 +474,12 @@ def validate(cfg: Config) -> None:
         _positive(f"http.{key}", getattr(cfg.http, key), allow_zero=True)
     _positive("exchange.slow_answer", x.slow_answer)
     _positive("exchange.slow_answer_floor", x.slow_answer_floor)
+    _choice("exchange.robust", x.robust, ("clip", "none"))
+    _positive("exchange.clip_factor", x.clip_factor)
+    _positive("exchange.clip_max", x.clip_max)
+    _positive("exchange.clip_refuse", x.clip_refuse)
+    if x.clip_refuse < 1:
+        raise ConfigError(f"exchange.clip_refuse: must be >= 1 (a model within tau is always averaged), got {x.clip_refuse}")
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
     for where, seconds in (("exchange.timeout", x.timeout), ("exchange.finish_interval", x.finish_interval),

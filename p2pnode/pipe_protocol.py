@@ -25,7 +25,9 @@ PeerMode = Literal["average", "adopt"]
 #: Why the worker refused a peer payload (``Applied.reason``). "gap" is ours, not the peer's:
 #: we hold no replica (or another version) to apply its delta to and must ask for a snapshot.
 GAP: Final = "gap"
-REFUSAL_REASONS = ("malformed", "architecture", "non-finite", GAP, "too-large")
+#: "outlier": robust averaging (exchange.robust) found the model too far from ours to average.
+OUTLIER: Final = "outlier"
+REFUSAL_REASONS = ("malformed", "architecture", "non-finite", GAP, "too-large", OUTLIER)
 
 
 @dataclass
@@ -94,6 +96,10 @@ class Applied(Message):
     weight: float = 0.0
     #: ||x - x_hat_peer|| / ||x|| just before averaging (-1: not measured): how far apart we were
     distance: float = -1.0
+    #: robust averaging (exchange.robust = "clip"): the radius tau relative to ||x|| (-1: not
+    #: clipping), and whether this exchange was clipped to it (``weight`` is then the smaller one)
+    radius: float = -1.0
+    clipped: bool = False
 
 
 @dataclass

@@ -40,7 +40,7 @@ from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
 from p2pnode.net.deadline import SlowAnswers
-from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP
+from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP, OUTLIER
 
 log = logging.getLogger("p2pnode.exchange")
 
@@ -65,6 +65,12 @@ class PeerRecord:
     left_out_until: float = 0.0
     #: ||x - x_hat_peer|| / ||x|| at the last average since our training ended (None: not yet)
     distance: float | None = None
+    #: exchanges whose model was clipped to the robust radius (exchange.robust), and whether
+    #: the last one was: a peer we clip is not one whose model we should agree with
+    clipped: int = 0
+    last_clipped: bool = False
+    #: models refused as outliers (further than exchange.clip_refuse x the radius)
+    outliers: int = 0
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -82,6 +88,10 @@ class ExchangeTotals:
     #: deltas our own worker could not apply (it lost or evicted the replica): snapshot next time
     resyncs: int = 0
     bytes_received: int = 0
+    #: exchanges averaged in clipped to the robust radius (exchange.robust = "clip"), and models
+    #: refused as outliers (also counted in ``rejected``)
+    clipped: int = 0
+    outliers: int = 0
 
 
 class Exchange:
@@ -107,6 +117,8 @@ class Exchange:
         self.recent_distances: collections.deque[float] = collections.deque(maxlen=CONSENSUS_WINDOW)
         #: the worker life (its epoch) our replica versions belong to
         self.worker_epoch = ""
+        #: the robust averaging radius tau (relative to ||x||) at the last exchange; None: not yet
+        self.clip_radius: float | None = None
 
     def candidates(self) -> list[Member]:
         now = time.monotonic()
@@ -198,13 +210,24 @@ class Exchange:
             self.metrics.exchanges.labels("resync").inc()
             rec.version, rec.epoch = -1, ""
             return False
+        if not applied.ok and applied.reason == OUTLIER:
+            # Robust averaging refused the model as too far from ours (a poisoned peer, most
+            # likely): a failure, so a peer that keeps at it is left out. Our replica took it.
+            self.totals.rejected += 1
+            self.totals.outliers += 1
+            rec.outliers += 1
+            self._note_clip(rec, False, applied.radius, outlier=True)
+            rec.version, rec.epoch = applied.version, applied.epoch
+            self._failed(peer, rec, "rejected", f"{applied.reason}: {applied.detail}")
+            return False
         if not applied.ok:
             self.totals.rejected += 1
             self._failed(peer, rec, "rejected", f"{applied.reason}: {applied.detail}")
             rec.version, rec.epoch = -1, ""  # ask for a full snapshot next time
             return False
         rec.version, rec.epoch = applied.version, applied.epoch
-        if self.clock.done and applied.distance >= 0:
+        self._note_clip(rec, applied.clipped, applied.radius)
+        if self.clock.done and applied.distance >= 0 and not applied.clipped:
             rec.distance = applied.distance
             self.recent_distances.append(applied.distance)
         if adopt:
@@ -215,6 +238,18 @@ class Exchange:
         self.totals.done += 1
         self.metrics.exchanges.labels("ok").inc()
         return True
+
+    def _note_clip(self, rec: PeerRecord, clipped: bool, radius: float, outlier: bool = False) -> None:
+        """Count a clipped exchange (the worker clipped the peer's model to the robust radius);
+        an outlier (refused) is not counted here, but marks the peer as one not to agree with."""
+        rec.last_clipped = clipped or outlier
+        if radius >= 0:
+            self.clip_radius = radius
+            self.metrics.clip_radius.set(radius)
+        if clipped and not outlier:
+            rec.clipped += 1
+            self.totals.clipped += 1
+            self.metrics.clipped.inc()
 
     def _succeeded(self, peer: Member, rec: PeerRecord) -> None:
         rec.ok += 1
@@ -250,7 +285,9 @@ class Exchange:
         needs a measurement."""
         tol = self.cfg.exchange.consensus_tolerance
         peers = self.candidates()
-        known = [d for p in peers if p.node_id in self.peers and (d := self.peers[p.node_id].distance) is not None]
+        # a peer whose model we clip (poisoned, or far off) is not one to agree with
+        known = [d for p in peers if p.node_id in self.peers and not self.peers[p.node_id].last_clipped
+                 and (d := self.peers[p.node_id].distance) is not None]
         worst = max(known) if known else None
         recent = list(self.recent_distances)
         reached = self.clock.done and (tol <= 0 or not peers or (  # alone: nobody to agree with
@@ -260,4 +297,5 @@ class Exchange:
 
     def status(self) -> dict[str, Any]:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
-                "peers": {k: v.to_json() for k, v in self.peers.items()}, "consensus": self.consensus()}
+                "peers": {k: v.to_json() for k, v in self.peers.items()}, "consensus": self.consensus(),
+                "robust": {"rule": self.cfg.exchange.robust, "radius": self.clip_radius}}

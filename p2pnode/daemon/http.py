@@ -39,7 +39,7 @@ log = logging.getLogger("p2pnode.http")
 MEMBERSHIP_BODY = {"push-pull": 4 * 1024 * 1024, "join": MAX_MESSAGE, "sync": MAX_MESSAGE, "leave": MAX_MESSAGE}
 SWIM_MESSAGE_BODY = 64 * 1024
 
-REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422}
+REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422, "outlier": 422}
 #: endpoints whose body is a model payload: a peer's model, or a gradient pushed to a parameter server
 PAYLOAD_PATHS = ("/v1/model", "/v1/ps/gradient")
 

@@ -77,6 +77,12 @@ class NodeMetrics:
         self.consensus_distance = Gauge(
             "p2pnode_consensus_distance_ratio", "After training: largest ||x - x_peer|| / ||x|| over alive peers "
             "(NaN before it is measured)", registry=r)
+        self.clipped = Counter("p2pnode_exchanges_clipped", "Peer models averaged in clipped to the robust radius "
+                               "(exchange.robust = clip): a peer further away than usual, or poisoned", registry=r)
+        self.clip_radius = Gauge("p2pnode_averaging_clip_radius_ratio", "The robust averaging radius tau relative to "
+                                 "||x|| at the last exchange (NaN before one, or with exchange.robust = none)",
+                                 registry=r)
+        self.clip_radius.set(float("nan"))
         self.diverging = Gauge(
             "p2pnode_training_diverging", f"1 while the worker keeps restoring: at least {DIVERGING_LOSSES} "
             f"non-finite losses in the last {DIVERGING_WINDOW:g} s; else 0", registry=r)

@@ -136,6 +136,7 @@ class Node:
             "bootstrapped_from": ex["bootstrapped_from"],
             "peers": ex["peers"],
             "consensus": ex["consensus"],
+            "robust": ex["robust"],
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
             "bytes": {"model_received": ex["totals"]["bytes_received"],

@@ -25,6 +25,7 @@ from p2pnode.data import DataError
 from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import (
     ADOPT,
+    OUTLIER,
     Applied,
     Checkpoint,
     Checkpointed,
@@ -48,6 +49,7 @@ from p2pnode.wire.codec import (
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
 from p2pnode.worker.public import DeltaPublisher, floating_state
+from p2pnode.worker.robust import make_clipper
 from p2pnode.worker.training import RECOVERY_STEPS, ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
@@ -78,6 +80,9 @@ class Worker:
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
                                  secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
+        #: exchange.robust = "clip": the adaptive radius a peer's model is clipped to (robust.py)
+        self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,
+                                    cfg.exchange.clip_refuse)
         self.running = True
         self.dirty = False
 
@@ -119,12 +124,23 @@ class Worker:
         weight = 1.0 if msg.mode == ADOPT else peer_weight(
             self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss)
         distance = relative_distance(self.trainer.model, replica.tensors)
+        clip = None if msg.mode == ADOPT or self.clipper is None else self.clipper.decide(msg.peer, distance)
+        if clip is not None and clip.refused:
+            self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=OUTLIER, radius=clip.radius,
+                              epoch=replica.epoch, version=replica.version,  # the replica took it: deltas next
+                              detail=f"its model is {distance:.3g} x ||x|| from ours, over {self.cfg.exchange.clip_refuse:g} x "
+                                     f"the radius {clip.radius:.3g} (exchange.robust)"))
+            return
+        if clip is not None:  # x + w clip(x_peer - x, tau) is averaging with weight w * min(1, tau / d)
+            weight *= clip.scale
+            log.debug("peer %s at distance %.4f, radius %.4f: weight %.4f", msg.peer, distance, clip.radius, weight)
         average_into(self.trainer.model, replica.tensors, weight)
         if msg.mode == ADOPT:  # momentum of a few steps on a model we just replaced means nothing
             self.trainer.optimizer.state.clear()
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
-                          version=replica.version, weight=weight, distance=distance))
+                          version=replica.version, weight=weight, distance=distance,
+                          radius=clip.radius if clip else -1.0, clipped=bool(clip and clip.clipped)))
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""One member of four serves a poisoned model: where do the three honest nodes end, with robust
+averaging (``exchange.robust = "clip"``, the default) and without (``"none"``)?
+
+4 real nodes train the small CNN on Fashion-MNIST (IID shards, cosine schedule), as in
+scripts/bench_scenarios.py. Node 3 is an ordinary node, but its peers reach it through a proxy
+(``benchlib/poison.py``, it is advertised at the proxy's address) that answers every model
+request with a poisoned full model made from node 3's real one: ``sign-flip`` (−x), ``scale100``
+(100·x) or ``random`` (noise with each tensor's RMS). ``none`` is the attack-free run with the
+same settings. Reported per run: the honest nodes' final accuracy on the 10 000 test images
+(min / median / max), its change against the attack-free run of the same rule, how many of the
+honest nodes' exchanges were clipped, and the training time.
+
+Every run: ``exchange.consensus_tolerance = 0`` (no consensus finish: without clipping the honest
+nodes could never agree with a poisoned peer, and would wait for it forever) and
+``membership.bootstrap_from_peer = false`` (the nodes start together from the same seed; a
+fresh node's bootstrap adopts a peer's model whole, unclipped: docs/ALGORITHMS.md).
+
+    .venv/bin/python scripts/bench_poison.py                            # 8 runs, ~10 min
+    .venv/bin/python scripts/bench_poison.py --robust clip --attacks none sign-flip --samples 10000
+    .venv/bin/python scripts/bench_poison.py --write                    # + docs/BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchlib.cluster import ROOT, TrainResult, train
+from benchlib.poison import ATTACKS, PoisonProxy
+from benchlib.results import (
+    add_output_args,
+    append_jsonl,
+    command_line,
+    machine,
+    table,
+    write_section,
+)
+
+SECTION = "## Poisoned models: one member of four attacking (robust averaging)"
+SETTINGS = ["--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"]
+
+
+def run_one(rule: str, attack: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One training run; the honest nodes' figures."""
+    attacker = args.nodes - 1
+    proxy = PoisonProxy(attack, backend=f"127.0.0.1:{args.port + attacker}") if attack != "none" else None
+    extra = [*SETTINGS, "--set", f"exchange.robust={rule}"]
+    radii: list[float] = []
+
+    def watch(elapsed: float, statuses: list[dict[str, Any] | None]) -> None:
+        for s in statuses[:attacker]:
+            r = (s or {}).get("robust", {}).get("radius")
+            if r is not None:
+                radii.append(r)
+
+    def advertise(i: int) -> list[str]:
+        return ["--advertise", proxy.addr] if proxy is not None and i == attacker else []
+
+    if proxy is not None:
+        proxy.start()
+    try:
+        res: TrainResult = train(f"{rule}-{attack}", workdir, args.nodes, args.samples, extra, args.port, args.timeout,
+                                 progress=watch, node_args=advertise)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    honest = [r for r in res.rows if r.node != attacker]
+    accs = [r.accuracy for r in honest if r.accuracy is not None]
+    out = {"rule": rule, "attack": attack, "honest_accs": accs,
+           "clipped": sum(r.clipped for r in honest), "exchanges": sum(r.exchanges for r in honest),
+           "train_s": max((r.train_seconds for r in honest if r.train_seconds is not None), default=None),
+           "poisoned_served": proxy.poisoned if proxy is not None else 0,
+           "radius_median": statistics.median(radii) if radii else None, "settings": extra}
+    append_jsonl(args.jsonl, {"bench": "poison", **out, **res.to_json()})
+    return out
+
+
+def cells(r: dict[str, Any], base: dict[str, float]) -> list[str]:
+    accs = sorted(r["honest_accs"])
+    if len(accs) == 0:
+        return [r["rule"], r["attack"], "-", "-", "-", "-", "-"]
+    med = statistics.median(accs)
+    delta = f"{100 * (med - base[r['rule']]):+.2f}" if r["rule"] in base and r["attack"] != "none" else ""
+    radius = f"{r['radius_median']:.3f}" if r["radius_median"] is not None else "-"
+    return [r["rule"], r["attack"], " / ".join(f"{100 * a:.2f}" for a in (accs[0], med, accs[-1])), delta,
+            f"{r['clipped']} / {r['exchanges']}", radius, f"{r['train_s']:.0f} s" if r["train_s"] else "-"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--robust", nargs="+", default=["clip", "none"], choices=["clip", "none"])
+    ap.add_argument("--attacks", nargs="+", default=["none", *ATTACKS], choices=["none", *ATTACKS])
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--samples", type=int, default=30000, help="training samples per node")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--port", type=int, default=7611)
+    ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_poison"))
+    add_output_args(ap, SECTION)
+    args = ap.parse_args()
+    results = []
+    for rule in args.robust:
+        for attack in args.attacks:
+            print(f"== robust={rule} attack={attack}", flush=True)
+            results.append(run_one(rule, attack, args, Path(args.workdir)))
+            print(json.dumps(results[-1]), flush=True)
+    base = {r["rule"]: statistics.median(r["honest_accs"]) for r in results
+            if r["attack"] == "none" and r["honest_accs"]}
+    header = ["exchange.robust", "node 3 serves", "honest nodes' accuracy % min / median / max",
+              "median vs no attack (pt)", "clipped / exchanges (honest)", "radius tau (median)", "training time"]
+    text = table(header, [cells(r, base) for r in results], "llrrrrr")
+    print(text)
+    if args.write:
+        write_section(f"{SECTION}\n\n{args.nodes} nodes, small CNN, Fashion-MNIST, IID shards, {args.samples} samples "
+                      "per node, cosine schedule; node 3 reached through a proxy that serves a poisoned full model "
+                      "(benchlib/poison.py); settings: `" + " ".join(SETTINGS) + "`. Accuracy: the honest nodes' "
+                      "final checkpoints on the 10 000 test images. tau: relative to ||x||, sampled once a second "
+                      f"on the honest nodes.\n\n```\n{command_line()}\n```\n\n- {machine()}\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

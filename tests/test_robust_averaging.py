@@ -1,0 +1,162 @@
+"""Self-centred clipping (p2pnode/worker/robust.py): a poisoned model moves ours by at most
+w * tau, an honest one closer than tau is averaged exactly, and tau follows honest distances but
+cannot be widened by a hostile peer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from p2pnode.config import Config, ConfigError, set_option
+from p2pnode.worker.averaging import average_into, relative_distance
+from p2pnode.worker.robust import ClipRadius, make_clipper
+
+
+def flat(model: nn.Module) -> torch.Tensor:
+    return torch.cat([t.reshape(-1).float() for t in model.state_dict().values()])
+
+
+def poisoned(model: nn.Module, attack: str) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    out = {}
+    for name, t in model.state_dict().items():
+        if attack == "sign-flip":
+            out[name] = -t.clone()
+        elif attack == "scale100":
+            out[name] = 100 * t.clone()
+        else:  # random, with the tensor's RMS
+            out[name] = torch.randn(t.shape, generator=gen) * t.pow(2).mean().sqrt()
+    return out
+
+
+def test_before_any_history_the_radius_is_the_cap_and_a_far_model_is_scaled_to_it() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    assert clip.radius() == 0.5
+    d = clip.decide("evil", 1.5)  # a random model is about 1.4 ||x|| away
+    assert d.clipped and not d.refused and d.scale == pytest.approx(1 / 3) and d.radius == 0.5
+    near = clip.decide("honest", 0.05)
+    assert not near.clipped and near.scale == 1.0
+
+
+@pytest.mark.parametrize("attack", ["sign-flip", "scale100", "random"])
+def test_a_poisoned_model_moves_ours_by_at_most_weight_times_radius(attack: str) -> None:
+    """Clipping alone (refusal turned off): the bound ClippedGossip gives."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 10), nn.ReLU(), nn.Linear(10, 3))
+    clip = ClipRadius(factor=3.0, max_ratio=0.5, refuse=math.inf)
+    for _ in range(8):  # honest history: peers about 4 % away
+        clip.decide("honest", 0.04)
+    before = flat(model).clone()
+    peer = poisoned(model, attack)
+    distance = relative_distance(model, peer)
+    decision = clip.decide("evil", distance)
+    assert decision.clipped and decision.radius == pytest.approx(0.12)
+    average_into(model, peer, 0.5 * decision.scale)
+    moved = float((flat(model) - before).norm())
+    assert moved <= 0.5 * decision.radius * float(before.norm()) * (1 + 1e-5)
+    # unclipped, the same exchange would have moved it by half the distance: 8 to 400 times more
+    assert 0.5 * distance * float(before.norm()) > 8 * moved
+
+
+def test_an_honest_model_within_the_radius_is_averaged_exactly() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(8, 4)
+    peer = {k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    expect = {k: (v + peer[k]) / 2 for k, v in model.state_dict().items()}
+    decision = ClipRadius().decide("honest", relative_distance(model, peer))
+    assert decision.scale == 1.0
+    average_into(model, peer, 0.5 * decision.scale)
+    for k, v in model.state_dict().items():
+        assert torch.allclose(v, expect[k])
+
+
+@pytest.mark.parametrize("attack", ["sign-flip", "scale100", "random"])
+def test_a_poisoned_model_far_beyond_the_radius_is_refused_and_moves_nothing(attack: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(20, 10), nn.ReLU(), nn.Linear(10, 3))
+    clip = ClipRadius(factor=3.0, max_ratio=0.5, refuse=4.0)
+    for _ in range(3):
+        clip.decide("honest", 0.04)
+    decision = clip.decide("evil", relative_distance(model, poisoned(model, attack)))
+    assert decision.refused and decision.scale == 0.0
+    # ...while an honest peer whose distance doubled since last time is still averaged (clipped at most)
+    assert not clip.decide("honest", 0.08).refused
+
+
+def test_a_node_whose_every_peer_looks_far_widens_the_radius_within_a_few_exchanges() -> None:
+    """Our own model is the odd one (say, restored from an old checkpoint): refusals record tau
+    too, so tau grows until the peers are averaged again."""
+    clip = ClipRadius(factor=3.0, max_ratio=0.5, refuse=4.0)
+    for _ in range(3):
+        clip.decide("a", 0.01)
+        clip.decide("b", 0.01)
+    rounds = 0
+    while clip.decide("a", 0.4).refused | clip.decide("b", 0.4).refused:
+        rounds += 1
+        assert rounds < 10, clip.radius()
+    assert clip.radius() >= 0.4 / 4
+
+
+def test_a_hostile_peer_cannot_widen_the_radius_even_half_of_the_exchanges() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for i in range(400):
+        clip.decide("honest", 0.04)
+        # the hostile peer every other exchange, always just inside the radius it sees
+        clip.decide("evil", 0.999 * clip.radius())
+    assert clip.radius() == pytest.approx(0.12)  # 3 x the honest median, as at the start
+
+
+def test_with_a_majority_of_honest_peers_the_radius_comes_from_them() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for _ in range(50):
+        clip.decide("a", 0.03)
+        clip.decide("b", 0.05)
+        clip.decide("evil", 10.0)
+    assert clip.radius() == pytest.approx(0.15)  # 3 x the lower median of (0.03, 0.05, 0.15)
+
+
+def test_an_honest_distance_that_grows_is_followed() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for _ in range(16):
+        clip.decide("a", 0.01)
+    assert clip.radius() == pytest.approx(0.03)
+    # the models drift apart 5x at once (say, the step size rose): clipped at first, then followed
+    first = clip.decide("a", 0.05)
+    assert first.clipped
+    for _ in range(16):
+        last = clip.decide("a", 0.05)
+    assert not last.clipped and clip.radius() == pytest.approx(0.15)
+
+
+def test_the_radius_never_exceeds_the_cap_and_bad_distances_move_nothing() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for _ in range(100):  # a lone hostile peer pushing its own figure up
+        clip.decide("evil", 1e6)
+    assert clip.radius() == 0.5
+    for bad in (math.nan, math.inf, -1.0):
+        assert clip.decide("evil", bad).refused
+
+
+def test_peers_are_forgotten_least_recently_met_first() -> None:
+    clip = ClipRadius(max_peers=4)
+    for i in range(10):
+        clip.decide(f"p{i}", 0.01 * (i + 1))
+    assert list(clip.history) == ["p6", "p7", "p8", "p9"]
+
+
+def test_config_choice() -> None:
+    cfg = Config()
+    assert cfg.exchange.robust == "clip"
+    assert isinstance(make_clipper("clip", 3.0, 0.5, 4.0), ClipRadius)
+    assert make_clipper("none", 3.0, 0.5, 4.0) is None
+    with pytest.raises(ValueError):
+        make_clipper("median", 3.0, 0.5, 4.0)
+    for bad in ("exchange.robust=median", "exchange.clip_factor=0", "exchange.clip_max=-1", "exchange.clip_refuse=0.5"):
+        cfg = Config()
+        key, _, value = bad.partition("=")
+        set_option(cfg, key, value)
+        with pytest.raises(ConfigError, match=key):
+            Config.from_dict(cfg.to_dict())
