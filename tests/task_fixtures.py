@@ -90,3 +90,17 @@ def empty(ctx: TaskContext) -> Blobs:
     task = Blobs(ctx)
     task.items = 0
     return task
+
+
+def half_buffer(ctx: TaskContext) -> Blobs:
+    """A model carrying a bfloat16 tensor, which the wire does not carry yet."""
+    task = Blobs(ctx)
+    build = task.build_model
+
+    def build_half() -> nn.Module:
+        model = build()
+        model.register_buffer("scale", torch.ones(3, dtype=torch.bfloat16))
+        return model
+
+    task.build_model = build_half  # type: ignore[method-assign]
+    return task

@@ -77,6 +77,7 @@ def test_a_task_by_import_string_trains_on_its_partition() -> None:
     ("task_fixtures:broken_model", {}, "build_model() raised RuntimeError: layer size must be positive"),
     ("task_fixtures:raises", {}, "building it raised FileNotFoundError: /data/photos does not exist"),
     ("task_fixtures:empty", {}, "its training data set is empty"),
+    ("task_fixtures:half_buffer", {}, "its model cannot go on the wire: scale: dtype bfloat16 is not supported"),
     ("task_fixtures:nothing", {}, "module 'task_fixtures' has no attribute 'nothing'"),
     ("no_such_module:task", {}, "cannot import 'no_such_module'"),
     ("no-such-task", {}, "no task named 'no-such-task' (known: builtin"),

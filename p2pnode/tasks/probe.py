@@ -24,6 +24,8 @@ def probe(cfg: Config) -> dict[str, Any]:
     from p2pnode.tasks import loader, runtime
     from p2pnode.tasks.base import TaskError
     from p2pnode.tasks.registry import first_line
+    from p2pnode.wire.codec import ModelSpec
+    from p2pnode.worker.public import floating_state
 
     name = cfg.training.task or "builtin"
     try:
@@ -46,6 +48,10 @@ def probe(cfg: Config) -> dict[str, Any]:
         except Exception as exc:
             raise TaskError(f"loss() raised {type(exc).__name__}: {first_line(exc)}") from None
         runtime.check_loss(loss)
+        try:  # what goes on the wire: float32 tensors only (p2pnode/wire/codec.py)
+            ModelSpec.from_state_dict(floating_state(model), "probe")
+        except ValueError as exc:
+            raise TaskError(f"its model cannot go on the wire: {exc}") from None
         if not loss.requires_grad:
             raise TaskError("loss() returned a tensor without a gradient (computed under no_grad, or detached?)")
         return {"ok": True, "task": name, "fingerprint": runtime.fingerprint(name, model),
