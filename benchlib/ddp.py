@@ -39,6 +39,8 @@ class DdpRun:
     kill_at: int = 0  #: > 0: the last rank SIGKILLs itself at this step, as a machine dying would
     partition: str = "iid"  #: training.partition of the p2pnode run it is compared with (same shards)
     partition_seed: int = 0
+    log_dir: str = ""  #: where each rank writes its per-step records and final model (benchlib/steplog.py)
+    eval_every: int = 0  #: with log_dir: rank 0 evaluates every this many steps
 
     @property
     def steps(self) -> int:
@@ -91,7 +93,8 @@ def run_ddp(run: DdpRun, place: Place = loopback, wait: float = 3600.0,
 # --- one rank (in its own process) ----------------------------------------------------------
 
 
-def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: float, progress: list[int]) -> int:
+def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: float, progress: list[int],
+           steplog: Any = None) -> int:
     """The training loop; returns the steps done (fewer when ``max_seconds`` struck)."""
     import torch
     import torch.distributed as dist
@@ -116,8 +119,11 @@ def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: floa
         for g in opt.param_groups:
             g["lr"] = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
         opt.zero_grad()
-        F.cross_entropy(model(train.images[idx]), train.labels[idx]).backward()
+        loss = F.cross_entropy(model(train.images[idx]), train.labels[idx])
+        loss.backward()
         opt.step()
+        if steplog is not None:
+            steplog.step(step + 1, float(loss.detach()), model)
     return run.steps
 
 
@@ -137,16 +143,24 @@ def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
     model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"))
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())
+    from benchlib.steplog import StepLog
+
+    steplog = StepLog(run.log_dir, rank, run.eval_every if rank == 0 else 0,
+                      fashion_mnist(False) if rank == 0 and run.log_dir else None) if run.log_dir else None
     dist.barrier()
     start = time.monotonic()
+    if steplog is not None:
+        steplog.begin()
     progress = [0]
     try:
-        done = _train(model, opt, train, run, rank, start, progress)
+        done = _train(model, opt, train, run, rank, start, progress, steplog)
     except RuntimeError as exc:  # gloo's errors (DistBackendError is one) when a peer is gone
         return {"failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
                 "seconds": time.monotonic() - start, "steps": progress[0], "of_steps": run.steps}
     dist.barrier()
     elapsed = time.monotonic() - start
+    if steplog is not None:
+        steplog.close(model)
     result = None
     if rank == 0:
         accuracy = float("nan")

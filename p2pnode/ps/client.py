@@ -105,6 +105,8 @@ class PsClient:
                 self.worker_epoch, self.version = self.clock.epoch, None
                 while not self.gradients.empty():
                     self.gradients.get_nowait()
+                while not await self.pull():  # its first round: the server's weights, however long it takes
+                    await asyncio.sleep(0.5)
                 grad = None
             else:
                 try:  # a second at a time: a restarted worker (new epoch) waits for weights, not us
@@ -113,7 +115,7 @@ class PsClient:
                     continue
             started = time.monotonic()
             pushed = await self.push(grad) if grad is not None else False
-            pulled = await self.pull()
+            pulled = await self.pull() if grad is not None else True
             self.round_seconds = [*self.round_seconds[-99:], time.monotonic() - started]
             try:
                 await asyncio.wait_for(self.pipe.send(PsRoundEnd(pushed=pushed, pulled=pulled,
@@ -121,8 +123,6 @@ class PsClient:
                                        self.cfg.exchange.timeout)
             except (TimeoutError, ConnectionError):
                 pass  # the worker is gone; the supervisor restarts it and we start over
-            if not pulled and grad is None:
-                await asyncio.sleep(0.2)  # no weights yet and nothing to push: do not spin on a dead server
 
     def status(self) -> dict[str, Any]:
         rounds = sorted(self.round_seconds)

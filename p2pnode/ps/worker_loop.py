@@ -183,9 +183,11 @@ class PsWorker:
         started = time.monotonic()
         deadline = started + wait
         while self.running and not self.round_over:
-            left = deadline - time.monotonic()
+            left = deadline - time.monotonic() if self.server is not None else 1.0  # the first weights: no limit
             if left <= 0 or not self.conn.poll(left):
-                log.warning("no word from the server round in %.1f s; computing on the weights we hold", wait)
+                if self.server is None:
+                    continue
+                log.warning("a round with the server took over %.1f s; computing on the weights we hold", wait)
                 self.round_over = True
                 break
             self.handle(decode(self.conn.recv_bytes()))

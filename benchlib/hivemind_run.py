@@ -1,0 +1,159 @@
+"""The hivemind baseline: ``hivemind.Optimizer`` (hivemind 1.1.12, the optional ``bench`` extra)
+on the same small CNN, shards, batch size, momentum SGD and cosine schedule as
+``benchlib.ddp``, one process per worker.
+
+As hivemind's documentation recommends for slow links, each worker applies its own optimizer
+step after every batch (``use_local_updates=True``) and the workers average their parameters
+every ``target_batch_size`` samples taken together (``average_every`` local steps per worker);
+peers find each other through hivemind's DHT (libp2p), rank 0 the first peer. Per-step records
+and the final models go to ``log_dir`` (``benchlib/steplog.py``), as for DDP.
+
+``run_hivemind(HivemindRun(...), place)`` starts rank 0, reads its DHT address from its first
+output line, starts the others with it, and returns every rank's result dict (or ``failed``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from benchlib.cluster import ROOT, Place, loopback
+
+
+@dataclass
+class HivemindRun:
+    workers: int = 4
+    samples: int = 30000  #: training samples per worker
+    lr: float = 0.2
+    average_every: int = 16  #: local steps per worker between two parameter averages
+    matchmaking_time: float = 2.0  #: seconds hivemind waits to gather peers for an average
+    averaging_timeout: float = 30.0
+    log_dir: str = ""
+    eval_every: int = 0
+    partition: str = "iid"
+    partition_seed: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.samples // 64
+
+
+def unavailable() -> str:
+    """Why hivemind cannot run here ("" when it can)."""
+    try:
+        import hivemind  # noqa: F401
+    except ImportError as exc:
+        return f"hivemind is not installed ({exc}); pip install -e '.[bench]'"
+    return ""
+
+
+def run_hivemind(run: HivemindRun, place: Place = loopback, wait: float = 3600.0,
+                 env: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Every rank's result (``seconds``, ``accuracy``, ``steps``...), or one ``failed`` dict."""
+    from p2pnode.daemon.supervisor import WORKER_MALLOC_ENV
+
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **WORKER_MALLOC_ENV, **(env or {})}
+    opts = [a for f in fields(HivemindRun) for a in (f"--{f.name.replace('_', '-')}", str(getattr(run, f.name)))]
+
+    def start(rank: int, peers: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*place(rank)[0], sys.executable, "-m", "benchlib.hivemind_run", "--rank", str(rank),
+                                 "--host", place(rank)[1], "--initial-peers", peers, *opts],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
+
+    procs = [start(0, "")]
+    deadline = time.monotonic() + wait
+    try:
+        assert procs[0].stdout is not None
+        first = procs[0].stdout.readline()  # rank 0's DHT addresses
+        if not first:
+            return [{"failed": f"rank 0 exited: {procs[0].communicate(timeout=10)[1][-2000:]}"}]
+        peers = ",".join(json.loads(first)["maddrs"])
+        procs += [start(r, peers) for r in range(1, run.workers)]
+        results = []
+        for p in procs:
+            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            lines = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
+            results.append(json.loads(lines[-1]) if lines else {"failed": err[-2000:]})
+        return results
+    except subprocess.TimeoutExpired:
+        return [{"failed": f"no result after {wait:.0f} s: the workers hung"}]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) -> dict[str, Any]:
+    import hivemind
+    import torch
+    import torch.nn.functional as F
+
+    from benchlib.steplog import StepLog, evaluate
+    from p2pnode.data import fashion_mnist, shard
+    from p2pnode.models import build_model
+
+    torch.set_num_threads(1)
+    train = shard(fashion_mnist(True), rank, run.workers, run.partition, run.partition_seed)
+    test = fashion_mnist(False)
+    torch.manual_seed(0)
+    model = build_model("cnn")
+    dht = hivemind.DHT(host_maddrs=[f"/ip4/{host}/tcp/0"], initial_peers=initial_peers, start=True)
+    if rank == 0:
+        print(json.dumps({"maddrs": [str(a) for a in dht.get_visible_maddrs()]}), flush=True)
+    opt = hivemind.Optimizer(
+        dht=dht, run_id="p2pnode-experiment", batch_size_per_step=64,
+        target_batch_size=64 * run.workers * run.average_every,
+        optimizer=lambda params: torch.optim.SGD(params, lr=run.lr, momentum=0.9), params=model.parameters(),
+        use_local_updates=True, matchmaking_time=run.matchmaking_time, averaging_timeout=run.averaging_timeout,
+        verbose=False)
+    steplog = StepLog(run.log_dir, rank, run.eval_every, test)
+    gen = torch.Generator().manual_seed(rank + 1)
+    order, pos = torch.randperm(len(train), generator=gen), 0
+    start = time.monotonic()
+    steplog.begin()
+    for step in range(run.steps):
+        if pos + 64 > len(order):
+            order, pos = torch.randperm(len(train), generator=gen), 0
+        idx = order[pos:pos + 64]
+        pos += 64
+        for g in opt.param_groups:
+            g["lr"] = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
+        opt.zero_grad()
+        loss = F.cross_entropy(model(train.images[idx]), train.labels[idx])
+        loss.backward()
+        opt.step()
+        steplog.step(step + 1, float(loss.detach()), model)
+    seconds = time.monotonic() - start
+    steplog.close(model)
+    accuracy = evaluate(model, test)
+    opt.shutdown()
+    dht.shutdown()
+    return {"rank": rank, "seconds": seconds, "accuracy": accuracy, "steps": run.steps, "of_steps": run.steps,
+            "epochs": int(opt.local_epoch), **asdict(run)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="one hivemind worker (benchlib.hivemind_run.run_hivemind starts them)")
+    for f in fields(HivemindRun):
+        ap.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--initial-peers", default="")
+    args = ap.parse_args()
+    run = HivemindRun(**{f.name: getattr(args, f.name) for f in fields(HivemindRun)})
+    peers = [p for p in args.initial_peers.split(",") if p]
+    print(json.dumps(rank_main(run, args.rank, args.host, peers)), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # hivemind's background processes can hold the interpreter's exit
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Per-step records of a baseline trainer process (DDP, hivemind), in the experiment's format.
+
+Each rank of ``benchlib.ddp`` or ``benchlib.hivemind_run`` given a log folder appends one JSON
+line per step to ``DIR/rank{R}.jsonl``: ``{"t": seconds since training began, "step", "samples",
+"loss", "acc"}`` where ``acc`` is the test accuracy on the first ``EVAL_IMAGES`` test images every
+``eval_every`` steps (None otherwise; the time it takes is training time for everyone, as it
+is for a p2pnode node's periodic evaluation), and at the end saves its model as a p2pnode
+checkpoint (``DIR/rank{R}/checkpoint.pt``) so the same evaluator reads every system's final
+model. Loads torch: for trainer processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+#: test images per periodic evaluation (p2pnode nodes use training.eval_samples = the same)
+EVAL_IMAGES = 1000
+
+
+class StepLog:
+    def __init__(self, folder: str, rank: int, eval_every: int, test: Any, batch: int = 64) -> None:
+        self.folder = Path(folder) if folder else None
+        self.rank = rank
+        self.eval_every = eval_every
+        self.test = test
+        self.batch = batch
+        self.start = time.monotonic()
+        self.lines: list[str] = []
+
+    def begin(self) -> None:
+        self.start = time.monotonic()
+
+    def step(self, step: int, loss: float, model: Any) -> None:
+        """After step ``step`` (1-based) with that batch's ``loss``."""
+        if self.folder is None:
+            return
+        acc = None
+        if self.eval_every and step % self.eval_every == 0:
+            acc = evaluate(model, self.test, EVAL_IMAGES)
+        self.lines.append(json.dumps({"t": round(time.monotonic() - self.start, 4), "step": step,
+                                      "samples": step * self.batch, "loss": round(float(loss), 5), "acc": acc}))
+
+    def close(self, model: Any) -> None:
+        """Write the records and the final model."""
+        if self.folder is None:
+            return
+        import torch
+
+        from p2pnode import checkpoint
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (self.folder / f"rank{self.rank}.jsonl").write_text("\n".join(self.lines) + "\n")
+        inner = model.module if hasattr(model, "module") else model
+        state = {k: v.detach().cpu() for k, v in inner.state_dict().items() if isinstance(v, torch.Tensor)}
+        checkpoint.save(self.folder / f"rank{self.rank}" / checkpoint.CHECKPOINT_NAME, {"model": state})
+
+
+def evaluate(model: Any, split: Any, limit: int = 0) -> float:
+    """Accuracy of ``model`` on the first ``limit`` items of ``split`` (0: all)."""
+    import torch
+
+    n = len(split) if not limit else min(limit, len(split))
+    was = model.training
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, n, 1000):
+            out = model(split.images[i:min(n, i + 1000)])
+            correct += int((out.argmax(1) == split.labels[i:min(n, i + 1000)]).sum())
+    model.train(was)
+    return correct / max(1, n)

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""docs/EXPERIMENTS.md from the log of ``scripts/experiment.py``: the paper's Tables I-III beside
+ours, time to 85 % and 88 % test accuracy, bytes per node, whether the goals of issue 11 were
+met, and the figures (PNG, matplotlib): seconds per batch (as the paper's Fig. 6-7), loss per
+node (Fig. 8-10) and test accuracy against wall time for every system.
+
+    .venv/bin/python scripts/experiment_report.py run/experiment/experiment.jsonl
+        [--out docs/EXPERIMENTS.md] [--figures docs/experiments]
+
+Reads only the log: no training, no network (tests/test_experiment_report.py builds every
+table and figure from a small recorded log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchlib.results import table
+
+#: the paper's figures (Cui 2019, Section IV): VGG-19 on CIFAR-10, 4 workers, 300 Mbit/s
+PAPER = {
+    "batch": {"decentralised": "0.58-0.73 s", "parameter server": "0.62-3.43 s"},
+    "loss": {"decentralised": [0.3670, 0.2103, 0.1774, 0.1688], "parameter server": [0.4877], "single": [0.4192]},
+    "train": {"decentralised": [86.7, 92.2, 95.3, 94.5], "parameter server": [96.7], "single": [96.5]},
+    "test": {"decentralised": [79.9, 79.6, 79.8, 79.8], "parameter server": [79.5], "single": [83.8]},
+}
+NAMES = {"single": "single process", "ps": "parameter server (p2pnode ps)", "ddp": "DDP (gloo)",
+         "hivemind": "hivemind", "p2p-paper": "p2pnode, the paper's settings", "p2p-defaults": "p2pnode defaults"}
+ORDER = list(NAMES)
+TARGETS = (0.85, 0.88)
+
+
+@dataclass
+class Run:
+    name: str
+    system: str
+    cond: str
+    result: dict[str, Any] = field(default_factory=dict)
+    samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def workers(self) -> list[int]:
+        """The nodes that train batches (a parameter server's workers, not the server)."""
+        roles = {n["node"]: n.get("role", "worker") for n in self.result.get("nodes", [])}
+        return [n for n in sorted(self.samples) if roles.get(n, "worker") == "worker"]
+
+    def judged(self) -> list[dict[str, Any]]:
+        """The final models that stand for the system: the server's for a PS, else every node's."""
+        nodes = self.result.get("nodes", [])
+        server = [n for n in nodes if n.get("role") == "server"]
+        return server or nodes
+
+    def batch_seconds(self) -> list[float]:
+        """Seconds per batch of every worker: each poll interval's time over the batches in it."""
+        out: list[float] = []
+        for n in self.workers():
+            for a, b in pairwise(self.samples[n]):
+                if b["step"] > a["step"]:
+                    out += [(b["t"] - a["t"]) / (b["step"] - a["step"])] * (b["step"] - a["step"])
+        return out
+
+    def accuracy_curve(self) -> list[tuple[float, float]]:
+        """(seconds, test accuracy): the server's for a PS, else the mean of every node's latest."""
+        roles = {n["node"]: n.get("role", "worker") for n in self.result.get("nodes", [])}
+        nodes = [n for n in self.samples if roles.get(n) == "server"] or list(self.samples)
+        events = sorted((s["t"], n, s["acc"]) for n in nodes for s in self.samples[n] if s.get("acc") is not None)
+        latest: dict[int, float] = {}
+        curve = []
+        for t, n, acc in events:
+            latest[n] = acc
+            curve.append((t, statistics.mean(latest.values())))
+        return curve
+
+    def time_to(self, target: float) -> float | None:
+        return next((t for t, acc in self.accuracy_curve() if acc >= target), None)
+
+    def final_losses(self) -> list[float]:
+        """Per node: the mean of its last five logged batch losses (the PS: the server's)."""
+        roles = {n["node"]: n.get("role", "worker") for n in self.result.get("nodes", [])}
+        nodes = [n for n in self.samples if roles.get(n) == "server"] or sorted(self.samples)
+        out = []
+        for n in nodes:
+            losses = [s["loss"] for s in self.samples[n] if s.get("loss") is not None]
+            if losses:
+                out.append(statistics.mean(losses[-5:]))
+        return out
+
+
+def load(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Run]]:
+    """(meta, ratio arithmetic, runs by name) from the log."""
+    meta: dict[str, Any] = {}
+    ratio: dict[str, Any] = {}
+    runs: dict[str, Run] = {}
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        kind = rec.get("kind")
+        if kind == "meta":
+            meta = rec
+        elif kind == "ratio":
+            ratio = rec
+        elif kind == "sample":
+            cond, _, system = rec["run"].partition("/")
+            run = runs.setdefault(rec["run"], Run(rec["run"], system, cond))
+            run.samples.setdefault(rec["node"], []).append(rec)
+        elif kind == "result":
+            run = runs.setdefault(rec["run"], Run(rec["run"], rec["system"], rec["cond"]))
+            run.result = rec
+    return meta, ratio, runs
+
+
+def pct(values: list[float | None]) -> str:
+    shown = [f"{100 * v:.1f} %" for v in values if v is not None]
+    return ", ".join(shown) if shown else "-"
+
+
+def secs(v: float | None) -> str:
+    return "not reached" if v is None else f"{v:.1f} s"
+
+
+def quantile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def conditions(runs: dict[str, Run]) -> list[str]:
+    return list(dict.fromkeys(r.cond for r in runs.values()))
+
+
+def in_cond(runs: dict[str, Run], cond: str) -> list[Run]:
+    """The runs of a condition in report order; the single process (no network) in every one."""
+    chosen = [r for r in runs.values() if r.cond == cond]
+    if not any(r.system == "single" for r in chosen):
+        chosen += [r for r in runs.values() if r.system == "single"][:1]
+    return sorted(chosen, key=lambda r: ORDER.index(r.system) if r.system in ORDER else 99)
+
+
+def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) -> str:
+    out = []
+    paper_t1 = table(["", "decentralised (paper)", "parameter server (paper)"],
+                     [["seconds per batch", PAPER["batch"]["decentralised"], PAPER["batch"]["parameter server"]]])
+    out.append(f"### Table I: seconds per batch\n\nThe paper (VGG-19, CIFAR-10, 300 Mbit/s):\n\n{paper_t1}\n")
+    for cond in conditions(runs):
+        rows = []
+        for r in in_cond(runs, cond):
+            b = r.batch_seconds()
+            rows.append([NAMES.get(r.system, r.system)] + ([f"{min(b):.3f}", f"{statistics.median(b):.3f}",
+                                                            f"{quantile(b, 0.95):.3f}", f"{max(b):.3f}"]
+                                                           if b else ["-"] * 4))
+        out.append(f"Ours, **{cond}** (seconds per batch of each worker, min / median / p95 / max):\n\n"
+                   + table(["system", "min", "median", "p95", "max"], rows) + "\n")
+    paper_rows = [["decentralised", ", ".join(f"{v:.4f}" for v in PAPER["loss"]["decentralised"]),
+                   pct([v / 100 for v in PAPER["train"]["decentralised"]]),
+                   pct([v / 100 for v in PAPER["test"]["decentralised"]])],
+                  ["parameter server", f"{PAPER['loss']['parameter server'][0]:.4f}", "96.7 %", "79.5 %"],
+                  ["single machine", f"{PAPER['loss']['single'][0]:.4f}", "96.5 %", "83.8 %"]]
+    out.append("### Final loss (Fig. 8-10) and Tables II-III: training and test accuracy per node\n\n"
+               "The paper, per node:\n\n" + table(["", "final loss", "training accuracy (Table II)",
+                                                   "test accuracy (Table III)"], paper_rows) + "\n")
+    for cond in conditions(runs):
+        rows = []
+        for r in in_cond(runs, cond):
+            nodes = r.judged()
+            rows.append([NAMES.get(r.system, r.system), ", ".join(f"{v:.4f}" for v in r.final_losses()) or "-",
+                         pct([n.get("train_acc") for n in nodes]), pct([n.get("test_acc") for n in nodes])])
+        out.append(f"Ours, **{cond}** (final loss: the mean of each node's last 5 logged batch losses; accuracy: "
+                   f"the final model on the 10 000 test images and on 10 000 training images; a parameter "
+                   f"server's row is its server's model):\n\n"
+                   + table(["system", "final loss per node", "training accuracy", "test accuracy"], rows) + "\n")
+    rows = []
+    for cond in conditions(runs):
+        for r in in_cond(runs, cond):
+            if r.system == "single" and cond != r.cond:
+                continue
+            nodes = r.result.get("nodes", [])
+            moved = [n.get("bytes") for n in nodes if n.get("bytes") is not None]
+            source = {n.get("bytes_source") for n in nodes} - {None}
+            rows.append([cond, NAMES.get(r.system, r.system), secs(r.time_to(0.85)), secs(r.time_to(0.88)),
+                         f"{r.result.get('wall', 0):.0f} s",
+                         (f"{statistics.median(moved) / 1e6:.0f} MB ({', '.join(sorted(source))})" if moved else "-")
+                         + (f"; server {nodes[0]['bytes'] / 1e6:.0f} MB" if r.system == "ps" and moved else "")])
+    out.append("### Time to 85 % and 88 % test accuracy, and bytes per node\n\nTime from the first training step "
+               "to the first periodic evaluation at or above the target (the mean over nodes of their latest "
+               "evaluation; a parameter server's: the server's model). Bytes per node: the median node's link "
+               "counters in both directions (link), what its HTTP client and server moved (http), or what "
+               "all-reduce moves (computed).\n\n"
+               + table(["network", "system", "to 85 %", "to 88 %", "training time", "bytes per node"], rows) + "\n")
+    return "\n".join(out)
+
+
+def goals(runs: dict[str, Run]) -> str:
+    """Issue 11's goals, judged from the log: met or not, with the numbers."""
+    lines = []
+    for cond in [c for c in conditions(runs) if c != "loopback"]:
+        by = {r.system: r for r in in_cond(runs, cond)}
+        p2p = [by[s] for s in ("p2p-defaults", "p2p-paper") if s in by]
+        if not p2p:
+            continue
+        best = min(p2p, key=lambda r: r.time_to(0.85) or float("inf"))
+        t = best.time_to(0.85)
+        for other, factor in (("ps", 3.0), ("ddp", 1.0), ("hivemind", 1.0)):
+            if other not in by:
+                lines.append(f"- {cond}: {NAMES[other]} did not run.")
+                continue
+            o = by[other].time_to(0.85)
+            met = t is not None and (o is None or o >= factor * t)
+            lines.append(f"- {cond}: {NAMES[best.system]} to 85 %: {secs(t)}; {NAMES[other]}: {secs(o)}; goal "
+                         f"{f'{factor:g}x sooner' if factor > 1 else 'sooner'}: **{'met' if met else 'missed'}**.")
+        if "single" in by:
+            single = statistics.mean(n["test_acc"] for n in by["single"].judged() if n.get("test_acc") is not None)
+            accs = [n["test_acc"] for n in best.judged() if n.get("test_acc") is not None]
+            gap = 100 * (single - min(accs)) if accs else None
+            lines.append(f"- {cond}: {NAMES[best.system]} ends at {pct([min(accs)]) if accs else '-'} (worst node), "
+                         f"the single process at {pct([single])}: within 1 pt: "
+                         f"**{'met' if gap is not None and gap <= 1.0 else 'missed'}**.")
+    return "\n".join(lines) or "- no capped condition in this log."
+
+
+def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
+    """Every figure as a PNG in ``outdir``; (path, caption) of each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    made = []
+    for cond in conditions(runs):
+        chosen = [r for r in in_cond(runs, cond) if r.samples]
+        if not chosen:
+            continue
+        fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen), 2.8), squeeze=False)
+        for ax, r in zip(axes[0], chosen):
+            b = r.batch_seconds()
+            if b:
+                ax.hist(b, bins=30, color="tab:blue")
+            ax.set_title(NAMES.get(r.system, r.system), fontsize=8)
+            ax.set_xlabel("seconds per batch", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[0][0].set_ylabel("batches", fontsize=8)
+        fig.tight_layout()
+        path = outdir / f"batch_seconds_{cond}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        made.append((path, f"Seconds per batch, {cond} (as the paper's Fig. 6-7)"))
+
+        fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen), 2.8), squeeze=False, sharey=True)
+        for ax, r in zip(axes[0], chosen):
+            for n, pts in sorted(r.samples.items()):
+                xs = [p["samples"] for p in pts if p.get("loss") is not None]
+                ys = [p["loss"] for p in pts if p.get("loss") is not None]
+                if xs:
+                    ax.plot(xs, ys, linewidth=0.7, label=f"node {n}")
+            ax.set_title(NAMES.get(r.system, r.system), fontsize=8)
+            ax.set_xlabel("samples (per node; the server: all)", fontsize=7)
+            ax.tick_params(labelsize=7)
+        axes[0][0].set_ylabel("training loss", fontsize=8)
+        axes[0][-1].legend(fontsize=6)
+        fig.tight_layout()
+        path = outdir / f"loss_{cond}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        made.append((path, f"Training loss per node, {cond} (as the paper's Fig. 8-10)"))
+
+        fig, ax = plt.subplots(figsize=(6.4, 3.6))
+        for r in chosen:
+            curve = r.accuracy_curve()
+            if curve:
+                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=NAMES.get(r.system, r.system))
+        for target in TARGETS:
+            ax.axhline(100 * target, color="grey", linewidth=0.5, linestyle=":")
+        ax.set_xlabel("seconds since the first training step")
+        ax.set_ylabel("test accuracy (%)")
+        ax.set_title(f"Test accuracy against wall time, {cond}", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = outdir / f"accuracy_{cond}.png"
+        fig.savefig(path, dpi=80)
+        plt.close(fig)
+        made.append((path, f"Test accuracy against wall time, every system, {cond}"))
+    return made
+
+
+def report(log: Path, out: Path, figdir: Path, command: str) -> str:
+    meta, ratio, runs = load(log)
+    made = figures(runs, figdir)
+    settings = meta.get("settings", {})
+    parts = [
+        "# Experiments: the paper's evaluation, reproduced\n",
+        ("Generated from a log of `scripts/experiment.py` by `scripts/experiment_report.py`: do not edit by hand. "
+        "The paper (Cui 2019, Section IV) trains VGG-19 on CIFAR-10 on 5 machines with 300 Mbit/s links; we train "
+        "the small CNN on Fashion-MNIST on one machine, every system on the same model, data (one shard per "
+        "worker), batch size 64 and samples per worker, each machine in its own network namespace where a "
+        "condition caps links (`tc tbf` both ways).\n"),
+        f"```\nsudo {meta.get('command', '?')}\n{command}\n```\n",
+        (f"- {meta.get('machine', '')}\n- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
+        f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
+        f"steps on 1000 test images\n"),
+        "## Settings of every system\n\n" + table(["system", "settings"],
+                                                  [[NAMES.get(k, k), v] for k, v in settings.items()], "ll") + "\n",
+    ]
+    if ratio:
+        if "ratio" in ratio:
+            parts.append(
+                "## The ratio condition's link rate\n\nThe paper's dense model is VGG-19: "
+                f"{ratio['paper_params'] / 1e6:.2f} M float32 parameters, {ratio['paper_params'] * 32 / 1e6:.0f} Mbit; "
+                f"at 300 Mbit/s one dense transfer takes {ratio['paper_dense_transfer_s']} s, and its batches took at "
+                f"least {ratio['paper_batch_s']} s (Table I), so a dense transfer costs "
+                f"{ratio['paper_dense_transfer_s']} / {ratio['paper_batch_s']} = **{ratio['ratio']}** batches of "
+                f"compute. Our CNN has {ratio['cnn_params']} parameters ({ratio['cnn_dense_mbit']} Mbit dense) and a "
+                f"batch took {ratio['cnn_batch_s']} s (median, {ratio['measured_on']}, 4 nodes sharing this machine's "
+                f"cores), so the same ratio needs {ratio['cnn_dense_mbit']} Mbit / ({ratio['ratio']} x "
+                f"{ratio['cnn_batch_s']} s) = {ratio['rate_mbit']} Mbit/s: links capped at **{ratio['rate']}**.\n")
+        else:
+            parts.append(f"## The ratio condition's link rate\n\n{ratio.get('rate')}: {ratio.get('why')}\n")
+    parts.append("## Tables\n\n" + tables(meta, ratio, runs))
+    parts.append("## Goals of issue 11\n\n" + goals(runs) + "\n")
+    failed = [f"- {r.name}: {r.result.get('failed') or 'did not finish'}" for r in runs.values()
+              if r.result and not r.result.get("ok", True)]
+    if failed:
+        parts.append("Runs that did not finish cleanly:\n\n" + "\n".join(failed) + "\n")
+    parts.append("## Figures\n")
+    for path, caption in made:
+        rel = os.path.relpath(path, out.parent)
+        parts.append(f"![{caption}]({rel})\n\n{caption}. Made by:\n\n```\n{command}\n```\n")
+    text = "\n".join(parts)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return text
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("log", help="the JSON-lines log of scripts/experiment.py")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "EXPERIMENTS.md"))
+    ap.add_argument("--figures", default=str(ROOT / "docs" / "experiments"))
+    args = ap.parse_args()
+    log = Path(args.log)
+    shown = os.path.relpath(log, ROOT) if log.resolve().is_relative_to(ROOT) else str(log)
+    command = f".venv/bin/python scripts/experiment_report.py {shown}"
+    if Path(args.out).resolve() != (ROOT / "docs" / "EXPERIMENTS.md").resolve():
+        command += f" --out {args.out} --figures {args.figures}"
+    report(log, Path(args.out), Path(args.figures), command)
+    print(f"wrote {args.out} and its figures in {args.figures}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
