@@ -147,3 +147,16 @@ def test_start_refuses_a_bad_task_with_exit_2(tmp_path: Path, task: str, fragmen
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and f"training.task: task '{task}': " in lines[0] and fragment in lines[0], proc.stderr
     assert not (tmp_path / "state").exists(), "a refused start writes nothing, and joins nothing"
+
+
+def test_training_device_is_checked() -> None:
+    """``cuda`` where torch sees no GPU is named in one line; ``auto`` falls back to the CPU."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal cannot be shown here")
+    cfg = config()
+    cfg.training.device = "cuda:0"
+    assert probe(cfg)["error"] == ("task 'task_fixtures:blobs': training.device: cuda:0 asked for, but torch "
+                                   "sees no CUDA GPU")
+    cfg.training.device = "auto"
+    trainer = ShardTrainer(cfg)
+    assert trainer.device.type == "cpu" and next(trainer.model.parameters()).device.type == "cpu"
