@@ -98,6 +98,13 @@ class TrainingConfig:
     #: blow-up that averaging would spread: measured, Dirichlet 0.1 shards went from 10 % (all
     #: nodes diverged) to 85.6 %, IID 89.0 -> 89.2 % (docs/ALGORITHMS.md)
     grad_clip: float = 5.0
+    #: "none", or "nesterov": DiLoCo's outer step over gossip (p2pnode/worker/outer.py): each
+    #: exchange's average is taken as the round's pseudo-gradient from the round's start, and an
+    #: outer Nesterov step applied; the round length is exchange.every (= publish_every), e.g. 50
+    outer: str = "none"
+    #: the outer step's learning rate and momentum (DiLoCo: 0.7 and 0.9)
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
     weight_decay: float = 0.0
     #: "constant" or "cosine" (cosine needs max_samples)
     lr_schedule: str = "constant"
@@ -446,6 +453,11 @@ def validate(cfg: Config) -> None:
     _choice("training.lr_schedule", t.lr_schedule, ("constant", "cosine"))
     _choice("training.optimizer", t.optimizer, ("sgd", "qgm"))
     _positive("training.grad_clip", t.grad_clip, allow_zero=True)
+    _choice("training.outer", t.outer, ("none", "nesterov"))
+    _positive("training.outer_lr", t.outer_lr)
+    _positive("training.outer_momentum", t.outer_momentum, allow_zero=True)
+    if t.outer_momentum >= 1:
+        raise ConfigError("training.outer_momentum: must be < 1")
     if t.lr_schedule == "cosine" and not t.max_samples:
         raise ConfigError("training.lr_schedule: cosine needs training.max_samples")
     _positive("exchange.every", x.every)

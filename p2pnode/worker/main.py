@@ -48,6 +48,7 @@ from p2pnode.wire.codec import (
 )
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
+from p2pnode.worker.outer import OuterNesterov
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.robust import make_clipper
 from p2pnode.worker.training import RECOVERY_STEPS, ShardTrainer
@@ -74,6 +75,13 @@ class Worker:
                 raise checkpoint.CheckpointError(
                     f"checkpoint {self.ckpt_path} does not fit this model ({first[:200]}); "
                     "move it away to start from a peer's model or from scratch") from exc
+        t = cfg.training
+        self.outer = OuterNesterov(self.trainer.model, t.outer_lr, t.outer_momentum) if t.outer == "nesterov" else None
+        if self.outer is not None and state is not None and "outer" in state:
+            try:
+                self.outer.load_state_dict(state["outer"])
+            except (KeyError, TypeError, ValueError) as exc:  # written under other settings
+                log.warning("outer step state not restored (%s): the next round starts from the model", exc)
         self.resumed = state is not None
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), self.trainer.fingerprint)
@@ -99,6 +107,8 @@ class Worker:
     def save_checkpoint(self, token: int) -> None:
         state: dict[str, Any] = self.trainer.state_dict()
         state["version"] = self.public.version
+        if self.outer is not None:
+            state["outer"] = self.outer.state_dict()
         try:
             checkpoint.save(self.ckpt_path, state)
             self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path)))
@@ -137,6 +147,10 @@ class Worker:
         average_into(self.trainer.model, replica.tensors, weight)
         if msg.mode == ADOPT:  # momentum of a few steps on a model we just replaced means nothing
             self.trainer.optimizer.state.clear()
+            if self.outer is not None:
+                self.outer.restart(self.trainer.model)
+        elif self.outer is not None and not self.trainer.done:
+            self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
                           version=replica.version, weight=weight, distance=distance,
@@ -185,6 +199,8 @@ class Worker:
             for name, tensor in floating_state(self.trainer.model).items():
                 tensor.copy_(self.public.xhat[name].view_as(tensor))
         self.trainer.optimizer.state.clear()
+        if self.outer is not None:
+            self.outer.restart(self.trainer.model)
 
     def publish_averaged(self) -> None:
         """After training ends, keep publishing what averaging changed (at most once per
