@@ -20,6 +20,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c
   .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, lz4, uvloop, prometheus_client, rich"
   touch "$stamp"
 fi
+# The example task package (examples/charlm, docs/TASKS.md): tests/test_tasks_cluster.py trains it
+# as a user would, found through its entry point once installed.
+if ! .venv/bin/python -c "import p2pnode_charlm" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e ./examples/charlm 2>&1 | grep -v "^WARNING: Location" || true
+fi
 
 if [ "${P2PNODE_NEED_DATA:-0}" = 1 ] && [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

@@ -104,3 +104,21 @@ def half_buffer(ctx: TaskContext) -> Blobs:
 
     task.build_model = build_half  # type: ignore[method-assign]
     return task
+
+
+class FailsLater(Blobs):
+    """Trains, then its loss raises (a bug that shows only on some batch): the worker dies."""
+
+    def __init__(self, ctx: TaskContext) -> None:
+        super().__init__(ctx)
+        self.calls = 0
+
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > 40:
+            raise RuntimeError("shape mismatch in batch 41")
+        return super().loss(model, batch)
+
+
+def fails_later(ctx: TaskContext) -> Blobs:
+    return FailsLater(ctx)

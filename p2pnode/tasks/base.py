@@ -79,14 +79,21 @@ class TaskContext:
     read: set[str] = field(default_factory=set)
 
     def setting(self, key: str, default: Any) -> Any:
-        """``[task] key`` as the type of ``default`` (bool, int, float, str), or ``default``."""
+        """``[task] key`` as the type of ``default`` (bool, int, float, str, list), or ``default``."""
         from p2pnode.config import ConfigError, _coerce
 
         self.read.add(key)
         if key not in self.settings:
             return default
+        value = self.settings[key]
+        if isinstance(default, list):
+            default_type: Any = list[str]  # a comma-separated string or a TOML list of strings
+            if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+                return list(value)  # a TOML list of numbers: as it is
+        else:
+            default_type = type(default)
         try:
-            return _coerce("task", key, self.settings[key], type(default))
+            return _coerce("task", key, value, default_type)
         except ConfigError as exc:
             raise TaskError(str(exc)) from None
 
