@@ -238,10 +238,30 @@ class MembershipConfig:
     probe_timeout: float = 0.0
     suspicion_mult: int = 0
     push_pull_interval: float = 0.0
+    #: SWIM's bounds against strangers (docs/MEMBERSHIP.md, "Hostile input"), the same in both
+    #: profiles: members in the table at most; unknown members one received message may
+    #: propose; proposed members waiting for their verification probe, in all and per source;
+    #: verification probes started a second and outstanding at most; seconds an address whose
+    #: probe failed rests; how far above the known incarnation a claim may be; live members'
+    #: addresses saved in members.json (at most 1024)
+    max_members: int = 16384
+    max_new_per_message: int = 64
+    max_unverified: int = 512
+    max_unverified_per_source: int = 128
+    verify_rate: float = 50.0
+    verify_in_flight: int = 16
+    verify_retry_after: float = 10.0
+    max_incarnation_jump: int = 1024
+    max_remembered: int = 64
 
-    def swim_overrides(self) -> dict[str, float]:
-        """The SWIM timings set here (non-zero), for ``SwimConfig.profile(profile, **...)``."""
-        return {k: getattr(self, k) for k in SWIM_TIMINGS if getattr(self, k)}
+    def swim_overrides(self) -> dict[str, Any]:
+        """The SWIM timings set here (non-zero) and the bounds that differ from SWIM's own
+        defaults, for ``SwimConfig.profile(profile, **...)``."""
+        from p2pnode.membership.swim.config import SwimConfig
+
+        timings = {k: getattr(self, k) for k in SWIM_TIMINGS if getattr(self, k)}
+        bounds = {k: getattr(self, k) for k in SWIM_BOUNDS if getattr(self, k) != getattr(SwimConfig, k)}
+        return {**timings, **bounds}
 
 
 @dataclass
@@ -260,6 +280,9 @@ ROLES = ("peer", "ps", "ps-worker")
 
 #: [membership] keys that override a SWIM profile's value when non-zero
 SWIM_TIMINGS = ("probe_interval", "probe_timeout", "suspicion_mult", "push_pull_interval")
+#: [membership] keys that set SWIM's bounds (the same in every profile)
+SWIM_BOUNDS = ("max_members", "max_new_per_message", "max_unverified", "max_unverified_per_source", "verify_rate",
+               "verify_in_flight", "verify_retry_after", "max_incarnation_jump", "max_remembered")
 
 
 @dataclass
@@ -508,6 +531,12 @@ def validate(cfg: Config) -> None:
     _positive("membership.timeout", m.timeout)
     for key in SWIM_TIMINGS:
         _positive(f"membership.{key}", getattr(m, key), allow_zero=True)
+    for key in SWIM_BOUNDS:  # SwimConfig checks each too; this names the key
+        _positive(f"membership.{key}", getattr(m, key), allow_zero=key in ("verify_retry_after", "max_remembered"))
+    if m.max_remembered > 1024:  # members.json keeps at most 1024 (daemon/identity.py)
+        raise ConfigError(f"membership.max_remembered: at most 1024, got {m.max_remembered}")
+    if m.verify_retry_after > MAX_SECONDS:
+        raise ConfigError(f"membership.verify_retry_after: {m.verify_retry_after:g} s is more than a day")
     from p2pnode.membership.swim.config import SwimConfig
 
     try:
