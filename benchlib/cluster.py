@@ -147,6 +147,7 @@ class NodeResult:
     exchanges: int
     skipped: int
     clipped: int = 0  #: exchanges averaged in clipped to the robust radius (exchange.robust)
+    outliers: int = 0  #: peer models refused as outliers (exchange.robust)
 
 
 @dataclass
@@ -277,5 +278,6 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
         t, ex = s.get("training", {}), s.get("exchanges", {})
         rows.append(NodeResult(node=i, accuracy=acc, train_seconds=t.get("train_seconds"), samples=t.get("samples"),
                                received=s.get("bytes", {}).get("model_received", 0), exchanges=ex.get("done", 0),
-                               skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0)))
+                               skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0),
+                               outliers=ex.get("outliers", 0)))
     return TrainResult(name, rows, killed is not None or restarted, wall)

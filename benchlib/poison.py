@@ -20,16 +20,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
 from aiohttp import web
 
+from benchlib.cluster import TrainResult, train
 from benchlib.status import free_port
 from p2pnode.wire.codec import ModelSpec, PayloadError, Snapshot, decode, encode
 from p2pnode.wire.replica import Replica
 
 ATTACKS = ("sign-flip", "scale100", "random")
+#: what every poisoned-model run sets: no consensus finish (without robust averaging the honest
+#: nodes could never agree with a poisoned peer and would wait for it forever), no bootstrap
+#: (the nodes start together from the same seed; a bootstrap adopts a model whole, unclipped)
+SETTINGS = ("--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false")
 
 
 def poison(attack: str, arrays: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -141,3 +149,26 @@ class PoisonProxy:
         asyncio.run_coroutine_threadsafe(close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def train_attacked(name: str, workdir: Path, nodes: int, samples: int, attack: str, extra: Sequence[str] = (),
+                   port: int = 7611, timeout: float = 600.0,
+                   progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
+                   ) -> tuple[TrainResult, int]:
+    """``benchlib.cluster.train`` with the last node serving ``attack`` through a proxy ("none":
+    an ordinary run with the same settings); the result and how many poisoned models were served."""
+    attacker = nodes - 1
+    proxy = PoisonProxy(attack, backend=f"127.0.0.1:{port + attacker}") if attack != "none" else None
+
+    def advertise(i: int) -> list[str]:
+        return ["--advertise", proxy.addr] if proxy is not None and i == attacker else []
+
+    if proxy is not None:
+        proxy.start()
+    try:
+        res = train(name, workdir, nodes, samples, [*SETTINGS, *extra], port, timeout, progress=progress,
+                    node_args=advertise)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+    return res, proxy.poisoned if proxy is not None else 0

@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchlib.cluster import ROOT, TrainResult, train
-from benchlib.poison import ATTACKS, PoisonProxy
+from benchlib.cluster import ROOT
+from benchlib.poison import ATTACKS, SETTINGS, train_attacked
 from benchlib.results import (
     add_output_args,
     append_jsonl,
@@ -42,14 +42,11 @@ from benchlib.results import (
 )
 
 SECTION = "## Poisoned models: one member of four attacking (robust averaging)"
-SETTINGS = ["--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"]
 
 
 def run_one(rule: str, attack: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """One training run; the honest nodes' figures."""
     attacker = args.nodes - 1
-    proxy = PoisonProxy(attack, backend=f"127.0.0.1:{args.port + attacker}") if attack != "none" else None
-    extra = [*SETTINGS, "--set", f"exchange.robust={rule}"]
     radii: list[float] = []
 
     def watch(elapsed: float, statuses: list[dict[str, Any] | None]) -> None:
@@ -58,24 +55,17 @@ def run_one(rule: str, attack: str, args: argparse.Namespace, workdir: Path) -> 
             if r is not None:
                 radii.append(r)
 
-    def advertise(i: int) -> list[str]:
-        return ["--advertise", proxy.addr] if proxy is not None and i == attacker else []
-
-    if proxy is not None:
-        proxy.start()
-    try:
-        res: TrainResult = train(f"{rule}-{attack}", workdir, args.nodes, args.samples, extra, args.port, args.timeout,
-                                 progress=watch, node_args=advertise)
-    finally:
-        if proxy is not None:
-            proxy.stop()
+    extra = ["--set", f"exchange.robust={rule}"]
+    res, poisoned = train_attacked(f"{rule}-{attack}", workdir, args.nodes, args.samples, attack, extra, args.port,
+                                   args.timeout, progress=watch)
     honest = [r for r in res.rows if r.node != attacker]
     accs = [r.accuracy for r in honest if r.accuracy is not None]
     out = {"rule": rule, "attack": attack, "honest_accs": accs,
-           "clipped": sum(r.clipped for r in honest), "exchanges": sum(r.exchanges for r in honest),
+           "clipped": sum(r.clipped for r in honest), "outliers": sum(r.outliers for r in honest),
+           "exchanges": sum(r.exchanges for r in honest),
            "train_s": max((r.train_seconds for r in honest if r.train_seconds is not None), default=None),
-           "poisoned_served": proxy.poisoned if proxy is not None else 0,
-           "radius_median": statistics.median(radii) if radii else None, "settings": extra}
+           "poisoned_served": poisoned, "radius_median": statistics.median(radii) if radii else None,
+           "settings": [*SETTINGS, *extra]}
     append_jsonl(args.jsonl, {"bench": "poison", **out, **res.to_json()})
     return out
 
@@ -88,7 +78,7 @@ def cells(r: dict[str, Any], base: dict[str, float]) -> list[str]:
     delta = f"{100 * (med - base[r['rule']]):+.2f}" if r["rule"] in base and r["attack"] != "none" else ""
     radius = f"{r['radius_median']:.3f}" if r["radius_median"] is not None else "-"
     return [r["rule"], r["attack"], " / ".join(f"{100 * a:.2f}" for a in (accs[0], med, accs[-1])), delta,
-            f"{r['clipped']} / {r['exchanges']}", radius, f"{r['train_s']:.0f} s" if r["train_s"] else "-"]
+            f"{r['clipped']} / {r['outliers']} / {r['exchanges']}", radius, f"{r['train_s']:.0f} s" if r["train_s"] else "-"]
 
 
 def main() -> int:
@@ -111,7 +101,7 @@ def main() -> int:
     base = {r["rule"]: statistics.median(r["honest_accs"]) for r in results
             if r["attack"] == "none" and r["honest_accs"]}
     header = ["exchange.robust", "node 3 serves", "honest nodes' accuracy % min / median / max",
-              "median vs no attack (pt)", "clipped / exchanges (honest)", "radius tau (median)", "training time"]
+              "median vs no attack (pt)", "clipped / refused / averaged (honest nodes)", "radius tau (median)", "training time"]
     text = table(header, [cells(r, base) for r in results], "llrrrrr")
     print(text)
     if args.write:
