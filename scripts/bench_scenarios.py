@@ -68,6 +68,9 @@ VARIANTS: dict[str, list[str]] = {
     "clip-every2": ["--set", "training.grad_clip=5", "--set", "exchange.every=2", "--set", "compression.publish_every=2",
                     "--set", "compression.publish=topk:density=0.05"],
     "qgm-clip": ["--set", "training.optimizer=qgm", "--set", "training.grad_clip=5"],
+    # robust averaging (self-centred clipping of peers' models) on, the default, and off
+    "robust-clip": ["--set", "exchange.robust=clip"],
+    "robust-none": ["--set", "exchange.robust=none"],
 }
 
 
