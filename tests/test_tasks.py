@@ -81,7 +81,7 @@ def test_a_task_by_import_string_trains_on_its_partition() -> None:
     ("task_fixtures:nothing", {}, "module 'task_fixtures' has no attribute 'nothing'"),
     ("no_such_module:task", {}, "cannot import 'no_such_module'"),
     ("no-such-task", {}, "no task named 'no-such-task' (known: builtin"),
-    ("task_fixtures:blobs", {"itmes": 5}, "task.itmes is not a setting of this task (it reads: items, width)"),
+    ("task_fixtures:blobs", {"itmes": 5}, "task.itmes is not a setting of this task (it reads: items, local_bn, width)"),
 ])
 def test_bad_tasks_are_named_with_their_cause(task: str, settings: dict[str, object], fragment: str) -> None:
     result = probe(config(task, **settings))
@@ -160,3 +160,13 @@ def test_training_device_is_checked() -> None:
     cfg.training.device = "auto"
     trainer = ShardTrainer(cfg)
     assert trainer.device.type == "cpu" and next(trainer.model.parameters()).device.type == "cpu"
+
+
+def test_a_task_keeps_batchnorm_statistics_local() -> None:
+    trainer = ShardTrainer(config(local_bn=True))
+    sent = floating_state(trainer.model)
+    assert "norm.running_mean" not in sent and "norm.running_var" not in sent and "norm.weight" in sent
+    peer = {k: v.clone() + 1.0 for k, v in sent.items()}
+    before = trainer.model.norm.running_mean.clone()
+    average_into(trainer.model, peer, 0.5)
+    assert torch.equal(trainer.model.norm.running_mean, before)  # its own data's statistics, untouched

@@ -38,7 +38,10 @@ class Task(Protocol):
       without loading the items; enables ``training.partition`` and the class histogram;
     - ``num_classes: int``: size of that histogram;
     - ``collate(items) -> batch``: the DataLoader's ``collate_fn`` (default: torch's);
-    - ``eval_batch_size: int``: batch size of evaluation (default 256).
+    - ``eval_batch_size: int``: batch size of evaluation (default 256);
+    - ``keep_local: tuple[str, ...]``: fnmatch patterns of state names that are neither sent nor
+      averaged (e.g. ``("*.running_mean", "*.running_var")``: BatchNorm statistics of each
+      node's own data); by default every floating-point tensor is (docs/TASKS.md).
     """
 
     def build_model(self) -> nn.Module:

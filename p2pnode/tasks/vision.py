@@ -15,7 +15,9 @@ downloaded). Settings, in ``[task]``:
 - ``model`` (``"resnet18"``): any name of ``torchvision.models.list_models(torchvision.models)``;
 - ``root``: the folder holding ``train`` and ``val``; or ``train_dir`` and ``test_dir``;
 - ``image_size`` (224), ``augment`` (true), ``crop_scale`` (0.08: the smallest share of the
-  image a random crop keeps).
+  image a random crop keeps);
+- ``batchnorm`` (``"averaged"``: running statistics averaged like weights; ``"local"``: each
+  node keeps the statistics of its own data).
 """
 
 from __future__ import annotations
@@ -76,6 +78,10 @@ class ImageFolderTask(ClassificationTask):
             raise TaskError(f"{test_dir} and {train_dir} hold different classes "
                             f"({len(self.test.classes)} and {len(self.train.classes)} sub-folders)")
         self.num_classes = len(self.train.classes)
+        batchnorm = ctx.setting("batchnorm", "averaged")
+        if batchnorm not in ("averaged", "local"):
+            raise TaskError(f"task.batchnorm: {batchnorm!r} is not averaged or local")
+        self.keep_local = ("*.running_mean", "*.running_var") if batchnorm == "local" else ()
         self.name = f"imagefolder:{self.model_name}"
 
     def build_model(self) -> nn.Module:

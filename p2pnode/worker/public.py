@@ -10,6 +10,7 @@ the wire type), so every replica built from the wire equals it bit for bit.
 
 from __future__ import annotations
 
+import fnmatch
 import math
 
 import numpy as np
@@ -20,6 +21,10 @@ from p2pnode.compression.base import Sparsifier
 from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode
 
 
+#: attribute of a model holding the name patterns its task keeps local (``Task.keep_local``)
+KEEP_LOCAL = "p2pnode_keep_local"
+
+
 def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """The state entries that are averaged and published: trainable parameters and floating
     buffers (BatchNorm's running mean and variance are averaged like weights: a model averaged
@@ -27,9 +32,13 @@ def floating_state(model: nn.Module) -> dict[str, torch.Tensor]:
 
     Left out: integer buffers (BatchNorm's ``num_batches_tracked`` is a local count, never
     averaged), frozen parameters (``requires_grad`` False: every node keeps the same initial
-    values, so there is nothing to send) and a tied tensor's second name (sent once, under its
-    first name; averaging it once updates both)."""
+    values, so there is nothing to send), what the task keeps local (fnmatch patterns of state
+    names, e.g. ``*.running_*`` for BatchNorm statistics of each node's own data) and a tied
+    tensor's second name (sent once, under its first name; averaging it once updates both)."""
     frozen = {name for name, p in model.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    local = getattr(model, KEEP_LOCAL, ())  # the task's choice (p2pnode/tasks/base.py: keep_local)
+    if local:
+        frozen |= {name for name in model.state_dict() if any(fnmatch.fnmatchcase(name, pat) for pat in local)}
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     out: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():

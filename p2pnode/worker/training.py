@@ -16,6 +16,7 @@ import torch
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.config import Config, parse_shard
 from p2pnode.tasks import loader, runtime
+from p2pnode.worker.public import KEEP_LOCAL
 from p2pnode.worker.qgm import QuasiGlobalSGD
 
 
@@ -49,6 +50,8 @@ class ShardTrainer:
         # models that began from different random points mixes unrelated features.
         torch.manual_seed(t.seed)
         self.model = self.task.build_model().to(self.device)
+        if getattr(self.task, "keep_local", ()):  # state the task keeps out of averaging (public.py)
+            setattr(self.model, KEEP_LOCAL, tuple(self.task.keep_local))  # type: ignore[attr-defined]
         self.fingerprint = runtime.fingerprint(self.task_name, self.model)
         #: the last evaluation's named metrics (the task's: loss, accuracy, perplexity...)
         self.metrics: dict[str, float] = {}
