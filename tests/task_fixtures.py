@@ -95,13 +95,13 @@ def empty(ctx: TaskContext) -> Blobs:
 
 
 def half_buffer(ctx: TaskContext) -> Blobs:
-    """A model carrying a bfloat16 tensor, which the wire does not carry yet."""
+    """A model carrying a float64 tensor, which the wire does not carry."""
     task = Blobs(ctx)
     build = task.build_model
 
     def build_half() -> nn.Module:
         model = build()
-        model.register_buffer("scale", torch.ones(3, dtype=torch.bfloat16))
+        model.register_buffer("scale", torch.ones(3, dtype=torch.float64))
         return model
 
     task.build_model = build_half  # type: ignore[method-assign]

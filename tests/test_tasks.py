@@ -77,7 +77,7 @@ def test_a_task_by_import_string_trains_on_its_partition() -> None:
     ("task_fixtures:broken_model", {}, "build_model() raised RuntimeError: layer size must be positive"),
     ("task_fixtures:raises", {}, "building it raised FileNotFoundError: /data/photos does not exist"),
     ("task_fixtures:empty", {}, "its training data set is empty"),
-    ("task_fixtures:half_buffer", {}, "its model cannot go on the wire: scale: dtype bfloat16 is not supported"),
+    ("task_fixtures:half_buffer", {}, "its model cannot go on the wire: scale: dtype float64 is not supported"),
     ("task_fixtures:nothing", {}, "module 'task_fixtures' has no attribute 'nothing'"),
     ("no_such_module:task", {}, "cannot import 'no_such_module'"),
     ("no-such-task", {}, "no task named 'no-such-task' (known: builtin"),
@@ -170,3 +170,28 @@ def test_a_task_keeps_batchnorm_statistics_local() -> None:
     before = trainer.model.norm.running_mean.clone()
     average_into(trainer.model, peer, 0.5)
     assert torch.equal(trainer.model.norm.running_mean, before)  # its own data's statistics, untouched
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_parameters_travel_and_average(dtype: torch.dtype) -> None:
+    from p2pnode.compression.registry import build_sparsifier
+    from p2pnode.wire.replica import ReplicaCache
+    from p2pnode.worker.public import DeltaPublisher
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3).to(dtype)
+    spec = ModelSpec.from_state_dict(floating_state(model), "half@0")
+    assert {t.dtype for t in spec.tensors} == {str(dtype).removeprefix("torch.")}
+    pub = DeltaPublisher(model, spec, build_sparsifier("topk:density=0.5"), "peer", "e1", 0)
+    replicas = ReplicaCache(4)
+    replicas.apply("peer", pub.snapshot(0, 1.0), spec, 1 << 20)
+    with torch.no_grad():
+        model.weight.add_(0.25)
+    replica = replicas.apply("peer", pub.publish(1, 1.0), spec, 1 << 20)
+    for name, x in pub.xhat.items():  # the replica equals the publisher's float32 x_hat, bit for bit
+        assert torch.equal(torch.as_tensor(replica.tensors[name]).reshape(-1), x)
+    ours = torch.nn.Linear(6, 3).to(dtype)
+    expected = (ours.weight.float() + torch.as_tensor(replica.tensors["weight"]).view(3, 6)) / 2
+    average_into(ours, replica.tensors, 0.5)
+    assert ours.weight.dtype == dtype
+    assert torch.allclose(ours.weight.float(), expected, atol=1e-2)

@@ -32,10 +32,12 @@ MAX_ID_LEN = 256
 MAX_VERSION = 2**63 - 1
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
-#: Element types a ModelSpec may declare -> dtype of the decoded arrays. Adding "float16" or
-#: "bfloat16" means a new entry here plus a wire value dtype for it (numpy has no bfloat16:
-#: it would travel as "<u2" and be widened by a 16-bit shift).
-TENSOR_DTYPES: dict[str, np.dtype] = {"float32": np.dtype(np.float32)}
+#: Element types a ModelSpec may declare -> dtype of the decoded arrays. Half-precision
+#: parameters travel like float32 ones: the public copy x_hat is kept in float32 whatever the
+#: model's type (its values go out as "vdt" says, and decode to float32), and averaging rounds
+#: into the model's own type (numpy has no bfloat16; none is needed).
+TENSOR_DTYPES: dict[str, np.dtype] = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float32),
+                                      "bfloat16": np.dtype(np.float32)}
 #: Wire encodings of float values ("vdt" field). Decoded values are always float32.
 VALUE_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 #: Index gap widths in bytes ("w" field of a delta entry).
