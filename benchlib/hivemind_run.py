@@ -115,6 +115,7 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
         use_local_updates=True, matchmaking_time=run.matchmaking_time, averaging_timeout=run.averaging_timeout,
         verbose=False)
     steplog = StepLog(run.log_dir, rank, run.eval_every, test)
+    barrier(run, "ready", rank)  # a rank that started early would otherwise train alone
     gen = torch.Generator().manual_seed(rank + 1)
     order, pos = torch.randperm(len(train), generator=gen), 0
     start = time.monotonic()
@@ -134,10 +135,26 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
     seconds = time.monotonic() - start
     steplog.close(model)
     accuracy = evaluate(model, test)
+    barrier(run, "done", rank)  # the last averages need the peers' DHT nodes up
     opt.shutdown()
     dht.shutdown()
     return {"rank": rank, "seconds": seconds, "accuracy": accuracy, "steps": run.steps, "of_steps": run.steps,
             "epochs": int(opt.local_epoch), **asdict(run)}
+
+
+def barrier(run: HivemindRun, name: str, rank: int, timeout: float = 600.0) -> None:
+    """Wait until every rank has reached ``name`` (files in the shared log folder: the ranks may
+    live in different network namespaces, never in different file systems)."""
+    import pathlib
+
+    if not run.log_dir:
+        return
+    folder = pathlib.Path(run.log_dir) / "barrier"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.{rank}").touch()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and len(list(folder.glob(f"{name}.*"))) < run.workers:
+        time.sleep(0.2)
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ one shard per worker), batch size (64) and samples per worker, under three netwo
   transfer time to compute per batch (the arithmetic is written to the log and the report).
 
 Every node's progress is polled twice a second (step, loss, periodic test accuracy) and each
-run ends with its final models evaluated on the 10 000 test images and on 10 000 training
+run ends with its final models evaluated on the 10 000 test images and on 5 000 training
 images. Everything goes to one JSON-lines log (``--jsonl``); ``scripts/experiment_report.py``
 turns it into docs/EXPERIMENTS.md with the paper's tables side by side and the figures.
 
@@ -31,7 +31,6 @@ import shutil
 import statistics
 import sys
 import time
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,8 @@ NODES = 4
 #: torchvision's VGG-19 features with a 512-wide classifier), float32, on its 300 Mbit/s links;
 #: its fastest decentralised batch (Table I: 0.58 s) bounds its compute per batch from above
 PAPER_PARAMS, PAPER_LINK_BITS, PAPER_BATCH_S = 20.04e6, 300e6, 0.58
+#: training images each final model is evaluated on (Table II)
+TRAIN_IMAGES = 5000
 SYSTEMS = ("single", "ps", "ddp", "hivemind", "p2p-paper", "p2p-defaults")
 CONDITIONS = ("loopback", "300mbit", "ratio")
 EVAL = ["--set", "training.eval_samples=1000"]
@@ -92,7 +93,7 @@ def link_bytes(topo: Topology | None) -> list[int]:
 
 
 def evaluate_checkpoints(dirs: list[Path]) -> list[dict[str, float | None]]:
-    """Each final model on the 10 000 test images and the first 10 000 training images."""
+    """Each final model on the 10 000 test images and the first TRAIN_IMAGES training images."""
     import torch
 
     from benchlib.steplog import evaluate
@@ -110,7 +111,7 @@ def evaluate_checkpoints(dirs: list[Path]) -> list[dict[str, float | None]]:
             out.append({"test_acc": None, "train_acc": None})
             continue
         model.load_state_dict(state["model"])
-        out.append({"test_acc": evaluate(model, test), "train_acc": evaluate(model, train, 10000)})
+        out.append({"test_acc": evaluate(model, test), "train_acc": evaluate(model, train, TRAIN_IMAGES)})
     return out
 
 
@@ -210,42 +211,58 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     return {"nodes": nodes, "wall": wall, "ok": not failed, "failed": failed[:1]}
 
 
-def ratio_rate(log_path: Path, fallback: str) -> tuple[str, dict[str, Any]]:
-    """The link rate that gives the small CNN the paper's dense-transfer / compute ratio per
-    batch, from this run's loopback p2pnode-defaults batches (or the single process's)."""
+def batch_seconds() -> tuple[float, float]:
+    """(seconds of one training batch of the CNN on one core, measured here; the same with
+    NODES workers sharing this machine's cores, as they do in every run)."""
+    import os
+
+    import torch
+    import torch.nn.functional as F
+
+    from p2pnode.data import fashion_mnist
+    from p2pnode.models import build_model
+
+    torch.set_num_threads(1)
+    train = fashion_mnist(True)
+    model = build_model("cnn")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    times = []
+    for i in range(25):
+        x, y = train.images[64 * i:64 * i + 64], train.labels[64 * i:64 * i + 64]
+        began = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        times.append(time.perf_counter() - began)
+    one = statistics.median(times[5:])
+    return one, one * max(1.0, NODES / (os.cpu_count() or 1))
+
+
+def ratio_rate() -> tuple[str, dict[str, Any]]:
+    """The link rate that gives the small CNN the paper's ratio of dense transfer time to
+    compute per batch: its dense bits / (ratio x its seconds per batch on this machine)."""
     from p2pnode.models import build_model
 
     params = sum(p.numel() for p in build_model("cnn").parameters())
     paper_transfer = PAPER_PARAMS * 32 / PAPER_LINK_BITS
     ratio = paper_transfer / PAPER_BATCH_S
-    recs = [json.loads(x) for x in log_path.read_text().splitlines()] if log_path.exists() else []
-    batch_s = None
-    for source in ("loopback/p2p-defaults", "loopback/single"):
-        pts: dict[int, list[tuple[float, int]]] = {}
-        for r in recs:
-            if r.get("kind") == "sample" and r["run"] == source:
-                pts.setdefault(r["node"], []).append((r["t"], r["step"]))
-        per = [(b[0] - a[0]) / (b[1] - a[1]) for p in pts.values() for a, b in pairwise(p) if b[1] > a[1]]
-        if per:
-            batch_s, measured = statistics.median(per), source
-            break
-    if batch_s is None:
-        return fallback, {"rate": fallback, "why": "no loopback run to measure compute per batch: the fallback rate"}
+    one_core, shared = batch_seconds()
     bits = params * 32
-    rate_mbit = bits / (ratio * batch_s) / 1e6
+    rate_mbit = bits / (ratio * shared) / 1e6
     rate = f"{max(1, round(rate_mbit))}mbit"
-    why = {"rate": rate, "paper_params": PAPER_PARAMS, "paper_dense_transfer_s": round(paper_transfer, 3),
-           "paper_batch_s": PAPER_BATCH_S, "ratio": round(ratio, 3), "cnn_params": params,
-           "cnn_dense_mbit": round(bits / 1e6, 3), "cnn_batch_s": round(batch_s, 4), "measured_on": measured,
-           "rate_mbit": round(rate_mbit, 2)}
-    return rate, why
+    return rate, {"rate": rate, "paper_params": PAPER_PARAMS, "paper_dense_transfer_s": round(paper_transfer, 3),
+                  "paper_batch_s": PAPER_BATCH_S, "ratio": round(ratio, 3), "cnn_params": params,
+                  "cnn_dense_mbit": round(bits / 1e6, 3), "cnn_batch_one_core_s": round(one_core, 4),
+                  "cnn_batch_s": round(shared, 4), "nodes": NODES, "cores": __import__("os").cpu_count(),
+                  "rate_mbit": round(rate_mbit, 2)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer samples per worker (under 10 minutes)")
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    ap.add_argument("--conditions", nargs="+", default=list(CONDITIONS), choices=CONDITIONS)
+    ap.add_argument("--conditions", nargs="+", default=None, choices=CONDITIONS,
+                    help="default: all three (--quick: ratio); the single process runs once, in the first")
     ap.add_argument("--samples", type=int, default=0, help="training samples per worker (default 30000; quick 5000)")
     ap.add_argument("--eval-every", type=int, default=0, help="steps between periodic test evaluations")
     ap.add_argument("--ratio-rate", default="", help="the ratio condition's rate, instead of measuring it")
@@ -253,14 +270,17 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=7871)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "experiment"))
     ap.add_argument("--jsonl", default="", help="the log (default: WORKDIR/experiment.jsonl, started afresh)")
+    ap.add_argument("--append", action="store_true", help="add to the log instead of starting it afresh")
     ap.add_argument("--report", action="store_true", help="then write docs/EXPERIMENTS.md from the log")
     args = ap.parse_args()
-    args.samples = args.samples or (5000 if args.quick else 30000)
+    args.samples = args.samples or (4000 if args.quick else 30000)
+    args.conditions = args.conditions or (["ratio"] if args.quick else list(CONDITIONS))
     args.eval_every = args.eval_every or (10 if args.quick else 25)
     args.timeout = args.timeout or (240 if args.quick else 900)
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     log = Path(args.jsonl or Path(args.workdir) / "experiment.jsonl")
-    log.unlink(missing_ok=True)
+    if not args.append:
+        log.unlink(missing_ok=True)
     if (reason := unavailable()) and set(args.conditions) - {"loopback"}:
         print(f"experiment.py: {reason}: only --conditions loopback can run", file=sys.stderr)
         return 2
@@ -278,7 +298,7 @@ def main() -> int:
             rate = "300mbit"
         elif cond == "ratio":
             rate, why = (args.ratio_rate, {"rate": args.ratio_rate, "why": "--ratio-rate"}) if args.ratio_rate \
-                else ratio_rate(log, "100mbit")
+                else ratio_rate()
             append_jsonl(log, {"kind": "ratio", **why})
             print(f"== ratio condition: {json.dumps(why)}", flush=True)
         topo = Topology(NODES + 1, tag="p2pex") if cond != "loopback" else None
@@ -287,8 +307,8 @@ def main() -> int:
             topo.set_rate(rate)
         try:
             for system in systems:
-                if system == "single" and cond != "loopback":
-                    continue  # no network: the loopback run stands for every condition
+                if system == "single" and cond != args.conditions[0]:
+                    continue  # no network: one run stands for every condition
                 run = f"{cond}/{system}"
                 place = topo.place if topo is not None else loopback
                 print(f"== {run} (link {rate}; {time.monotonic() - began:.0f} s so far)", flush=True)

@@ -173,7 +173,7 @@ def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) ->
             rows.append([NAMES.get(r.system, r.system), ", ".join(f"{v:.4f}" for v in r.final_losses()) or "-",
                          pct([n.get("train_acc") for n in nodes]), pct([n.get("test_acc") for n in nodes])])
         out.append(f"Ours, **{cond}** (final loss: the mean of each node's last 5 logged batch losses; accuracy: "
-                   f"the final model on the 10 000 test images and on 10 000 training images; a parameter "
+                   f"the final model on the 10 000 test images and on the first 5 000 training images; a parameter "
                    f"server's row is its server's model):\n\n"
                    + table(["system", "final loss per node", "training accuracy", "test accuracy"], rows) + "\n")
     rows = []
@@ -316,9 +316,10 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
                 f"at 300 Mbit/s one dense transfer takes {ratio['paper_dense_transfer_s']} s, and its batches took at "
                 f"least {ratio['paper_batch_s']} s (Table I), so a dense transfer costs "
                 f"{ratio['paper_dense_transfer_s']} / {ratio['paper_batch_s']} = **{ratio['ratio']}** batches of "
-                f"compute. Our CNN has {ratio['cnn_params']} parameters ({ratio['cnn_dense_mbit']} Mbit dense) and a "
-                f"batch took {ratio['cnn_batch_s']} s (median, {ratio['measured_on']}, 4 nodes sharing this machine's "
-                f"cores), so the same ratio needs {ratio['cnn_dense_mbit']} Mbit / ({ratio['ratio']} x "
+                f"compute. Our CNN has {ratio['cnn_params']} parameters ({ratio['cnn_dense_mbit']} Mbit dense); one "
+                f"training batch took {ratio['cnn_batch_one_core_s']} s on one core here (median of 20), and "
+                f"{ratio['nodes']} workers share {ratio['cores']} cores, so a worker's batch takes "
+                f"{ratio['cnn_batch_s']} s; the same ratio needs {ratio['cnn_dense_mbit']} Mbit / ({ratio['ratio']} x "
                 f"{ratio['cnn_batch_s']} s) = {ratio['rate_mbit']} Mbit/s: links capped at **{ratio['rate']}**.\n")
         else:
             parts.append(f"## The ratio condition's link rate\n\n{ratio.get('rate')}: {ratio.get('why')}\n")

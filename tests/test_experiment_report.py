@@ -10,6 +10,7 @@ import statistics
 import sys
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "tests" / "data" / "experiment_small.jsonl"
 
 
-def _module():  # noqa: ANN202 - a script loaded as a module
+def _module() -> Any:  # the script, loaded as a module
     spec = importlib.util.spec_from_file_location("experiment_report", ROOT / "scripts" / "experiment_report.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)

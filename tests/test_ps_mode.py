@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-
 from daemon_util import http_request
 from nodes import wait_for
 
@@ -28,7 +27,7 @@ def test_ps_daemon_modules_import_no_torch() -> None:
 
 def test_ps_worker_needs_a_server() -> None:
     out = subprocess.run([sys.executable, "-m", "p2pnode", "start", "--set", "node.role=ps-worker"],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2 and "node.role" in out.stderr and "seed" in out.stderr, out.stderr
 
 

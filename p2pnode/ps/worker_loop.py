@@ -208,7 +208,9 @@ class PsWorker:
                     self.evaluate(self.cfg.training.eval_samples)
             elif not self.final_evaluated:
                 self.final_evaluated = True
-                self.evaluate(0)  # the weights last pulled, on the whole test set
+                # the weights last pulled: the server's figure is the one that counts (its own
+                # evaluation on the whole test set), so only training.eval_samples images here
+                self.evaluate(self.cfg.training.eval_samples)
             elif self.conn.poll(0.5):
                 self.handle(decode(self.conn.recv_bytes()))
 
