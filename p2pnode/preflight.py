@@ -62,8 +62,8 @@ def check_data(cfg: Config) -> None:
     """The data set's folder exists (the torch worker reads it; the stub worker reads nothing).
     Whether it holds the right files the worker says (exit 1): that needs its readers."""
     t = cfg.training
-    if t.worker != "torch" or t.data == "synthetic":
-        return
+    if t.worker != "torch" or t.data == "synthetic" or t.task not in ("", "builtin"):
+        return  # another task reads its own data: its probe checks it (p2pnode/tasks/check.py)
     if t.data_dir:
         if not Path(t.data_dir).is_dir():
             raise ConfigError(f"training.data_dir: {t.data_dir} does not exist or is not a directory")
