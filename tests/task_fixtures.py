@@ -22,6 +22,8 @@ class Blobs(ClassificationTask):
     def __init__(self, ctx: TaskContext, *, vector_loss: bool = False, broken_model: bool = False) -> None:
         self.items = ctx.setting("items", 512)
         self.width = ctx.setting("width", 16)
+        if ctx.setting("adam", False):
+            self.optimizer = lambda model, lr: torch.optim.Adam(model.parameters(), lr=lr)
         if ctx.setting("local_bn", False):
             self.keep_local = ("*.running_mean", "*.running_var")
         self.vector_loss, self.broken_model = vector_loss, broken_model

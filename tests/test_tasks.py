@@ -81,7 +81,7 @@ def test_a_task_by_import_string_trains_on_its_partition() -> None:
     ("task_fixtures:nothing", {}, "module 'task_fixtures' has no attribute 'nothing'"),
     ("no_such_module:task", {}, "cannot import 'no_such_module'"),
     ("no-such-task", {}, "no task named 'no-such-task' (known: builtin"),
-    ("task_fixtures:blobs", {"itmes": 5}, "task.itmes is not a setting of this task (it reads: items, local_bn, width)"),
+    ("task_fixtures:blobs", {"itmes": 5}, "task.itmes is not a setting of this task (it reads: adam, items, local_bn, width)"),
 ])
 def test_bad_tasks_are_named_with_their_cause(task: str, settings: dict[str, object], fragment: str) -> None:
     result = probe(config(task, **settings))
@@ -195,3 +195,15 @@ def test_half_precision_parameters_travel_and_average(dtype: torch.dtype) -> Non
     average_into(ours, replica.tensors, 0.5)
     assert ours.weight.dtype == dtype
     assert torch.allclose(ours.weight.float(), expected, atol=1e-2)
+
+
+def test_a_task_brings_its_own_optimizer() -> None:
+    cfg = config(adam=True)
+    cfg.training.lr, cfg.training.warmup_samples = 0.01, 320
+    trainer = ShardTrainer(cfg)
+    assert isinstance(trainer.optimizer, torch.optim.Adam)
+    before = trainer.evaluate(0)[0]
+    for _ in range(60):
+        trainer.train_step()
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.01)  # the node's schedule sets it
+    assert trainer.evaluate(0)[0] > before + 0.2

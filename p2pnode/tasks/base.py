@@ -39,6 +39,9 @@ class Task(Protocol):
     - ``num_classes: int``: size of that histogram;
     - ``collate(items) -> batch``: the DataLoader's ``collate_fn`` (default: torch's);
     - ``eval_batch_size: int``: batch size of evaluation (default 256);
+    - ``optimizer(model, lr) -> torch.optim.Optimizer``: the task's own optimizer (say AdamW
+      for a transformer) instead of ``training.optimizer``; the worker still sets each group's
+      ``lr`` every step from ``training.lr`` and its warm-up and schedule, and clips gradients;
     - ``keep_local: tuple[str, ...]``: fnmatch patterns of state names that are neither sent nor
       averaged (e.g. ``("*.running_mean", "*.running_var")``: BatchNorm statistics of each
       node's own data); by default every floating-point tensor is (docs/TASKS.md).

@@ -56,7 +56,9 @@ class ShardTrainer:
         #: the last evaluation's named metrics (the task's: loss, accuracy, perplexity...)
         self.metrics: dict[str, float] = {}
         torch.manual_seed(t.seed * 1000 + shard_index + 1)
-        self.optimizer = build_optimizer(t.optimizer, self.model, t.lr, t.momentum, t.weight_decay)
+        own = getattr(self.task, "optimizer", None)  # a task may bring its own (docs/TASKS.md)
+        self.optimizer = (own(self.model, t.lr) if own is not None
+                          else build_optimizer(t.optimizer, self.model, t.lr, t.momentum, t.weight_decay))
         self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
         self.step = 0
         self.samples = 0

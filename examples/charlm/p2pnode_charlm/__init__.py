@@ -75,6 +75,8 @@ class CharLM:
         self.context = ctx.setting("context", 64)
         self.dim, self.layers, self.heads = ctx.setting("dim", 64), ctx.setting("layers", 2), ctx.setting("heads", 4)
         held_out = ctx.setting("held_out", 0.1)
+        if ctx.setting("optimizer", "node") == "adamw":  # else the node's (training.optimizer)
+            self.optimizer = lambda model, lr: torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
         if not text:
             raise TaskError("task.text is required: the text file to learn")
         if not Path(text).is_file():
