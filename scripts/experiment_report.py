@@ -304,7 +304,11 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
         f"```\nsudo {meta.get('command', '?')}\n{command}\n```\n",
         (f"- {meta.get('machine', '')}\n- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
         f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
-        f"steps on 1000 test images\n"),
+        f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN (421 642 parameters, "
+        f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9, cosine schedule "
+        f"over its samples, gradient clipping at norm 5 in p2pnode's processes (single, PS, p2pnode: its default; none in "
+        f"DDP and hivemind), 1 torch thread a "
+        f"process (OMP_NUM_THREADS=1)\n"),
         "## Settings of every system\n\n" + table(["system", "settings"],
                                                   [[NAMES.get(k, k), v] for k, v in settings.items()], "ll") + "\n",
     ]
