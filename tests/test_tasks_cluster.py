@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from daemon_util import metrics_text, sample_value
 from nodes import NodeProc, wait_for
 
 from p2pnode import checkpoint
@@ -161,6 +162,10 @@ def test_a_task_failing_in_training_restarts_the_worker(cluster: Start, monkeypa
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
     a = cluster("a", extra=quiet(training__task="task_fixtures:fails_later"))
     a.wait_ready(90)
+    # the task's named metrics of its evaluation at step 25 reach status and the metrics endpoint
+    metrics = wait_for(lambda: a.status()["training"]["metrics"], 60, "a first evaluation")
+    assert set(metrics) == {"loss", "accuracy"}, metrics
+    assert sample_value(metrics_text(a.addr), "p2pnode_test_metric", {"name": "loss"}) == pytest.approx(metrics["loss"])
     status = wait_for(lambda: (s := a.status())["training"]["worker_restarts"] >= 1 and s, 90, "a worker restart")
     assert a.proc is not None and a.proc.poll() is None  # the daemon stays up
     assert status["training"]["step"] >= 1

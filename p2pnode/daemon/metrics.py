@@ -48,6 +48,8 @@ class NodeMetrics:
         self.accuracy = Gauge("p2pnode_test_accuracy_ratio", "Last test-set accuracy (0-1; NaN before the first "
                               "evaluation)", registry=r)
         self.accuracy.set(float("nan"))
+        self.test_metric = Gauge("p2pnode_test_metric", "Each named metric of the task's last evaluation "
+                                 "(loss, accuracy, perplexity...; docs/TASKS.md)", ["name"], registry=r)
         self.exchanges = Counter("p2pnode_exchanges", "Model fetches from peers by outcome",
                                  ["result"], registry=r)
         self.exchange_seconds = Histogram(

@@ -139,6 +139,8 @@ class WorkerSupervisor:
             s.accuracy, s.test_loss, s.eval_step, s.eval_samples = msg.accuracy, msg.loss, msg.step, msg.samples
             s.metrics = {k: float(v) for k, v in msg.metrics.items() if isinstance(v, (int, float)) and abs(v) < float("inf")}
             self.metrics.accuracy.set(msg.accuracy)
+            for name, value in s.metrics.items():
+                self.metrics.test_metric.labels(name[:64]).set(value)
             named = "  ".join(f"{k} {v:.4g}" for k, v in sorted(s.metrics.items()) if k not in ("accuracy", "loss"))
             log.info("step %d: test accuracy %.4f on %d images%s", msg.step, msg.accuracy, msg.samples,
                      f" ({named})" if named else "")
