@@ -108,7 +108,7 @@ class Evaluated(Message):
 
     kind: ClassVar[str] = "evaluated"
     step: int
-    accuracy: float  # -1: the task reports no accuracy (a language model)
+    accuracy: float  # NaN: the task reports no accuracy
     loss: float
     samples: int
     #: every metric the task reported (p2pnode/tasks/: loss, accuracy, perplexity...)

@@ -135,11 +135,11 @@ class ShardTrainer:
     @torch.no_grad()
     def evaluate(self, limit: int = 0) -> tuple[float, float, int]:
         """(accuracy, mean loss, items) on the first ``limit`` test items (0: all); the task's
-        every metric is kept in ``self.metrics``. A task without accuracy reports -1."""
+        every metric is kept in ``self.metrics``. A task without accuracy gives NaN (status: null)."""
         self.model.eval()
         batches, n = loader.eval_batches(self.task, self.test_split, limit, self.device)
         self.metrics = {k: float(v) for k, v in self.task.evaluate(self.model, batches).items()}
-        return self.metrics.get("accuracy", -1.0), self.metrics.get("loss", float("nan")), n
+        return self.metrics.get("accuracy", float("nan")), self.metrics.get("loss", float("nan")), n
 
     def checkpoint_accuracy(self, state_dir: Path) -> float | None:
         """Accuracy on the whole test set of the checkpoint in ``state_dir`` (None: there is
