@@ -215,6 +215,13 @@ def goals(runs: dict[str, Run]) -> str:
             met = t is not None and (o is None or o >= factor * t)
             lines.append(f"- {cond}: {NAMES[best.system]} to 85 %: {secs(t)}; {NAMES[other]}: {secs(o)}; goal "
                          f"{f'{factor:g}x sooner' if factor > 1 else 'sooner'}: **{'met' if met else 'missed'}**.")
+        if "ps" in by:  # the paper's ordering: Table I's decentralised batches faster than the server's
+            ours, theirs = best.batch_seconds(), by["ps"].batch_seconds()
+            if ours and theirs:
+                a, b = statistics.median(ours), statistics.median(theirs)
+                lines.append(f"- {cond}: the paper's ordering (Table I: decentralised batches faster than the "
+                             f"parameter server's): median {a:.3f} s against {b:.3f} s: "
+                             f"**{'holds' if a < b else 'does not hold'}**.")
         if "single" in by:
             single = statistics.mean(n["test_acc"] for n in by["single"].judged() if n.get("test_acc") is not None)
             accs = [n["test_acc"] for n in best.judged() if n.get("test_acc") is not None]
@@ -290,6 +297,13 @@ def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
     return made
 
 
+def last_line(failed: Any) -> str:
+    """The line that says why a run failed (the last of its error output), shortened."""
+    text = "\n".join(failed) if isinstance(failed, list) else str(failed or "")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""
+
+
 def report(log: Path, out: Path, figdir: Path, command: str) -> str:
     meta, ratio, runs = load(log)
     made = figures(runs, figdir)
@@ -329,7 +343,7 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
             parts.append(f"## The ratio condition's link rate\n\n{ratio.get('rate')}: {ratio.get('why')}\n")
     parts.append("## Tables\n\n" + tables(meta, ratio, runs))
     parts.append("## Goals of issue 11\n\n" + goals(runs) + "\n")
-    failed = [f"- {r.name}: {r.result.get('failed') or 'did not finish'}" for r in runs.values()
+    failed = [f"- {r.name}: {last_line(r.result.get('failed')) or 'did not finish'}" for r in runs.values()
               if r.result and not r.result.get("ok", True)]
     if failed:
         parts.append("Runs that did not finish cleanly:\n\n" + "\n".join(failed) + "\n")
