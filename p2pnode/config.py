@@ -140,6 +140,12 @@ class TrainingConfig:
 class ExchangeConfig:
     #: fetch a peer's model after every this many local steps (the paper: 1; see BENCHMARKS.md)
     every: int = 4
+    #: peers fetched (at once) each round, each averaged in as it arrives: more mixing per
+    #: round on links that have room for it
+    peers_per_round: int = 1
+    #: fetch the next round's peer while the last payload is still being applied (at most two
+    #: rounds in flight, never two with the same peer): fresher models on slow links
+    pipeline: bool = False
     #: seconds one fetch may take before the peer is skipped
     timeout: float = 2.0
     #: "mean" (x <- (x + x_peer)/2, the paper) or "contribution" (weighted by losses)
@@ -484,6 +490,7 @@ def validate(cfg: Config) -> None:
     if t.lr_schedule == "cosine" and not t.max_samples:
         raise ConfigError("training.lr_schedule: cosine needs training.max_samples")
     _positive("exchange.every", x.every)
+    _positive("exchange.peers_per_round", x.peers_per_round)
     _positive("exchange.timeout", x.timeout)
     _positive("exchange.fail_threshold", x.fail_threshold)
     _positive("exchange.max_replicas", x.max_replicas)

@@ -1,10 +1,13 @@
 """The exchange actor: Algorithm 1's "request a peer's model, average it in" step.
 
-After every ``exchange.every`` local steps it picks one alive peer, fetches the peer's public
+After every ``exchange.every`` local steps it picks one alive peer (or
+``exchange.peers_per_round``, fetched at once), fetches the peer's public
 model with ``GET /v1/model?since=V&epoch=E`` (the sparse delta since the replica we hold) under
 ``exchange.timeout``, and hands the bytes to the worker, which validates them, updates its replica
 and averages. A timeout or error skips the round: the worker never waits for the network, it
-only takes what has arrived between two of its steps. A peer that fails ``fail_threshold``
+only takes what has arrived between two of its steps. With ``exchange.pipeline`` the next
+round's fetch starts while the last payload is still waiting for the worker (two rounds at most,
+never two with one peer: its next delta builds on the replica the last one updates). A peer that fails ``fail_threshold``
 times in a row is left out, then tried again after a back-off, until it answers. A redirect is
 a failure (never followed), and so is a 304 or 503 slower than the peer's adaptive deadline
 (``exchange.slow_answer``, p2pnode/net/deadline.py): a peer that answers "nothing new" just
@@ -117,6 +120,8 @@ class Exchange:
         self.recent_distances: collections.deque[float] = collections.deque(maxlen=CONSENSUS_WINDOW)
         #: the worker life (its epoch) our replica versions belong to
         self.worker_epoch = ""
+        #: peers with an exchange in flight: a peer's next delta depends on the last one applied
+        self.busy: set[str] = set()
         #: the robust averaging radius tau (relative to ||x||) at the last exchange; None: not yet
         self.clip_radius: float | None = None
 
@@ -130,19 +135,39 @@ class Exchange:
         if self.clock.resumed:
             self.bootstrap_pending = False
         last = self.clock.step
-        while True:
-            if self.clock.done:
-                # training over: quickly until we agree with every peer, then gently
-                await asyncio.sleep(1.0 if self.consensus()["reached"] else self.cfg.exchange.finish_interval)
-            else:
-                last = await self.clock.wait_step(after=last + self.cfg.exchange.every - 1)
-            peers = self.candidates()
-            if not peers:
-                await asyncio.sleep(0.2)
-                continue
-            peer = self.selector.choose(peers, self.round)
-            self.round += 1
-            await self.exchange_with(peer)
+        x = self.cfg.exchange
+        # a round is exchange.peers_per_round fetches at once; with exchange.pipeline the next
+        # round may start while the last one's payloads are still being applied
+        slots = asyncio.Semaphore(2 if x.pipeline else 1)
+        async with asyncio.TaskGroup() as rounds:
+            while True:
+                if self.clock.done:
+                    # training over: quickly until we agree with every peer, then gently
+                    await asyncio.sleep(1.0 if self.consensus()["reached"] else x.finish_interval)
+                else:
+                    last = await self.clock.wait_step(after=last + x.every - 1)
+                await slots.acquire()
+                peers = [p for p in self.candidates() if p.node_id not in self.busy]
+                if not peers:
+                    slots.release()
+                    await asyncio.sleep(0.2)
+                    continue
+                if self.bootstrap_pending:  # adopt exactly one model, before anything else
+                    chosen = [self.selector.choose(peers, self.round)]
+                    self.round += 1
+                    await self._round(chosen, slots)
+                    continue
+                chosen = self.selector.choose_many(peers, self.round, x.peers_per_round)
+                self.round += len(chosen)
+                self.busy.update(p.node_id for p in chosen)
+                rounds.create_task(self._round(chosen, slots))
+
+    async def _round(self, chosen: list[Member], slots: asyncio.Semaphore) -> None:
+        try:
+            await asyncio.gather(*(self.exchange_with(p) for p in chosen))
+        finally:
+            self.busy.difference_update(p.node_id for p in chosen)
+            slots.release()
 
     def follow_worker(self) -> None:
         """A new worker life holds no replicas: forget every version, so the next fetch from

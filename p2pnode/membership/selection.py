@@ -70,3 +70,25 @@ class PeerSelector:
         chosen = choose_peer(self.strategy, sorted(by_id), self.self_id, round_no, self.rng)
         assert chosen is not None
         return by_id[chosen]
+
+    def choose_many(self, peers: Sequence[Member], round_no: int, k: int) -> list[Member]:
+        """Up to ``k`` distinct peers for rounds ``round_no``, ``round_no + 1``, ...: with the
+        exponential graph, k edges of the graph at once (offsets 1, 2, 4, ...); with ``ring``
+        the next k members; any shortfall filled at random."""
+        by_id = {p.node_id: p for p in peers if p.node_id != self.self_id}
+        chosen: list[Member] = []
+        for r in range(round_no, round_no + 2 * k + 2):
+            if len(chosen) >= min(k, len(by_id)):
+                break
+            rest = [m for m in by_id.values() if m not in chosen]
+            if self.strategy == "ring":  # the member after the last one taken
+                ids = sorted([*(m.node_id for m in rest), self.self_id])
+                me = ids.index(self.self_id)
+                chosen.append(by_id[ids[(me + 1) % len(ids)]])
+                continue
+            pick = self.choose(peers, r)
+            if pick not in chosen:
+                chosen.append(pick)
+        rest = [m for m in by_id.values() if m not in chosen]
+        self.rng.shuffle(rest)
+        return chosen + rest[:max(0, k - len(chosen))]

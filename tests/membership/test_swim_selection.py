@@ -84,3 +84,31 @@ def test_peer_selector_maps_back_to_members() -> None:
     assert PeerSelector("random", "a", random.Random(0)).choose(peers, 0) in peers
     with pytest.raises(ValueError, match="no peers"):
         sel.choose([], 0)
+
+
+def members(n: int) -> list[Member]:
+    return [Member(node_id=name, addr=f"127.0.0.1:{7000 + i}") for i, name in enumerate(ids(n))]
+
+
+@pytest.mark.parametrize("strategy", ["exponential", "ring", "random"])
+@pytest.mark.parametrize(("n", "k"), [(8, 1), (8, 2), (8, 3), (3, 2), (3, 5), (2, 2)])
+def test_choose_many_gives_distinct_peers_never_ourselves(strategy: str, n: int, k: int) -> None:
+    everyone = members(n)
+    me = everyone[0].node_id
+    sel = PeerSelector(strategy, me, random.Random(1))
+    for r in range(6):
+        chosen = sel.choose_many(everyone, r, k)
+        names = [m.node_id for m in chosen]
+        assert len(names) == min(k, n - 1) and len(set(names)) == len(names) and me not in names
+
+
+def test_choose_many_takes_consecutive_edges_of_the_exponential_graph() -> None:
+    everyone = members(8)
+    sel = PeerSelector("exponential", everyone[0].node_id, random.Random(1))
+    assert [m.node_id for m in sel.choose_many(everyone, 0, 3)] == [everyone[1].node_id, everyone[2].node_id,
+                                                                    everyone[4].node_id]
+    # one peer a round is the one-peer graph of choose()
+    for r in range(5):
+        assert sel.choose_many(everyone, r, 1) == [sel.choose(everyone, r)]
+    ring = PeerSelector("ring", everyone[5].node_id)
+    assert [m.node_id for m in ring.choose_many(everyone, 0, 2)] == [everyone[6].node_id, everyone[7].node_id]

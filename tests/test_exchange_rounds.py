@@ -1,0 +1,40 @@
+"""Rounds of several peers, pipelined (``exchange.peers_per_round``, ``exchange.pipeline``):
+real daemons on loopback with the stub worker. Every node keeps exchanging with every peer,
+deltas stay in step (no resyncs beyond the first snapshot, no failures), and a peer killed
+mid-run is left out without stalling the rounds of the others."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from nodes import wait_for
+
+ROUNDS = ["--set", "training.worker=stub", "--set", "exchange.peers_per_round=2", "--set", "exchange.pipeline=true"]
+
+
+@pytest.mark.timeout(120)
+def test_two_peers_a_round_pipelined(cluster) -> None:
+    a = cluster("a", extra=ROUNDS)
+    a.wait_ready()
+    b = cluster("b", seeds=[a.addr], extra=ROUNDS)
+    c = cluster("c", seeds=[a.addr], extra=ROUNDS)
+    nodes = (a, b, c)
+    ids = {n.name: n.wait_ready()["node_id"] for n in nodes}
+
+    def ok_with_all(n, at_least: int) -> bool:
+        peers = n.status()["peers"]
+        return all((peers.get(ids[o.name]) or {}).get("ok", 0) >= at_least for o in nodes if o is not n)
+
+    for n in nodes:
+        wait_for(lambda n=n: ok_with_all(n, 8), 60, f"{n.name} to exchange with both peers")
+    for n in nodes:
+        s = n.status()
+        assert s["exchanges"]["resyncs"] == 0, s["exchanges"]
+        assert all(p["failed"] == 0 for p in s["peers"].values()), s["peers"]
+
+    c.signal(signal.SIGKILL)
+    done = a.status()["exchanges"]["done"]
+    wait_for(lambda: a.status()["peers"][ids["c"]]["consecutive_failures"] >= 1, 30, "a to notice c is gone")
+    wait_for(lambda: a.status()["exchanges"]["done"] >= done + 10, 30, "a's rounds to go on with b")
