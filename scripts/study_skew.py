@@ -115,6 +115,7 @@ def run(args) -> dict:
     mom = [torch.zeros(dim) for _ in range(n)]  # momentum buffers (flat)
     xhat = [flat(base).clone() for _ in range(n)]
     outer_v = [torch.zeros(dim) for _ in range(n)]
+    corr = [torch.zeros(dim) for _ in range(n)]  # pi: integral of the averaging displacement
     anchor = [flat(base).clone() for _ in range(n)]  # round start (diloco / qgm-round)
     H = args.every
     mu = args.beta
@@ -127,8 +128,12 @@ def run(args) -> dict:
             m.zero_grad()
             F.cross_entropy(m(bx), by).backward()
             g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
+            if args.clip > 0:  # the daemon's training.grad_clip (without it dir0.1 is on the edge of blowing up)
+                g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
             x = flat(m)
-            if args.algo == "base":
+            if args.algo in ("base", "pi"):
+                if args.algo == "pi":
+                    g = g + corr[i]
                 mom[i].mul_(mu).add_(g)
                 x -= (args.inner_lr_scale * lr) * (g + mu * mom[i]) if args.nesterov else (args.inner_lr_scale * lr) * mom[i]
             elif args.algo == "qgm":  # QG-DSGDm: heavy ball with quasi-global buffer
@@ -171,6 +176,21 @@ def run(args) -> dict:
                     mom[i].zero_()
             for i in range(n):
                 set_flat(models[i], newx[i])
+            if args.algo == "pi":
+                # integral feedback: a node that averaging keeps pulling one way is drifting the
+                # other way; its correction grows until the pull is gone (EXTRA / PI consensus)
+                # the peak rate, not this step's: near the end of a cosine schedule the pull left
+                # over from earlier, larger steps divided by a rate near 0 would blow c up
+                lr_eff = args.lr / (1 - mu)
+                for i in range(n):
+                    j = (i + 1) % n if args.selection == "ring" else (i + 2 ** (rnd % log2)) % n
+                    # the pull between the two public copies: both lag their models alike, so the
+                    # common motion cancels (x_hat_j - x_i would read that lag as drift)
+                    pull = args.w * (xhat[j] - xhat[i]) if args.pull == "xhat" else newx[i] - before[i]
+                    corr[i].add_(pull, alpha=-args.gain / (H * lr_eff))
+                if args.verbose and rnd % 10 == 0:
+                    print(rnd, f"lr={lr:.3f}", "c", [round(float(c.norm()), 3) for c in corr],
+                          "g", round(float(g.norm()), 3), "spread", round(float((before[0] - before[1]).norm()), 3), flush=True)
         if args.algo == "qgm":
             # every step: momentum from displacement (gossip included when it happened this step)
             for i in range(n):
@@ -224,6 +244,10 @@ def main() -> None:
     ap.add_argument("--w", type=float, default=0.5)
     ap.add_argument("--selection", default="exponential")
     ap.add_argument("--consensus", type=int, default=0)
+    ap.add_argument("--gain", type=float, default=0.2, help="pi: integral gain")
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--pull", default="xhat", help="pi: xhat (public copies) or model")
+    ap.add_argument("--clip", type=float, default=5.0, help="largest gradient norm of a local step (0: none)")
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-mom", type=float, default=0.9)
     ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
