@@ -81,7 +81,8 @@ def test_a_task_by_import_string_trains_on_its_partition() -> None:
     ("task_fixtures:nothing", {}, "module 'task_fixtures' has no attribute 'nothing'"),
     ("no_such_module:task", {}, "cannot import 'no_such_module'"),
     ("no-such-task", {}, "no task named 'no-such-task' (known: builtin"),
-    ("task_fixtures:blobs", {"itmes": 5}, "task.itmes is not a setting of this task (it reads: adam, items, local_bn, width)"),
+    ("task_fixtures:blobs", {"itmes": 5},
+     "task.itmes is not a setting of this task (it reads: adam, items, local_bn, width)"),
 ])
 def test_bad_tasks_are_named_with_their_cause(task: str, settings: dict[str, object], fragment: str) -> None:
     result = probe(config(task, **settings))

@@ -137,7 +137,8 @@ class WorkerSupervisor:
             await self._on_hello(msg)
         elif isinstance(msg, Evaluated):
             s.accuracy, s.test_loss, s.eval_step, s.eval_samples = msg.accuracy, msg.loss, msg.step, msg.samples
-            s.metrics = {k: float(v) for k, v in msg.metrics.items() if isinstance(v, (int, float)) and abs(v) < float("inf")}
+            s.metrics = {k: float(v) for k, v in msg.metrics.items()
+                         if isinstance(v, (int, float)) and abs(v) < float("inf")}  # finite: JSON has no NaN
             self.metrics.accuracy.set(msg.accuracy)
             for name, value in s.metrics.items():
                 self.metrics.test_metric.labels(name[:64]).set(value)

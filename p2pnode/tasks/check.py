@@ -29,7 +29,8 @@ def check_task(cfg: Config, timeout: float = PROBE_TIMEOUT) -> None:
         proc = subprocess.run([sys.executable, "-m", "p2pnode.tasks.probe"], input=json.dumps(cfg.to_dict()),
                               capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise ConfigError(f"training.task: task {t.task!r}: not ready after {timeout:.0f} s (the probe was stopped)") from None
+        raise ConfigError(f"training.task: task {t.task!r}: not ready after {timeout:.0f} s "
+                          "(the probe was stopped)") from None
     lines = proc.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1]) if lines else None

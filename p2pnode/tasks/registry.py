@@ -102,7 +102,8 @@ def build_task(training: Any, settings: dict[str, Any]) -> tuple[Task, TaskConte
         raise TaskError(f"{type(task).__name__} lacks {', '.join(missing)} (see docs/TASKS.md)")
     unread = ctx.unread()
     if unread:
-        raise TaskError(f"task.{unread[0]} is not a setting of this task (it reads: {', '.join(sorted(ctx.read)) or 'none'})")
+        reads = ", ".join(sorted(ctx.read)) or "none"
+        raise TaskError(f"task.{unread[0]} is not a setting of this task (it reads: {reads})")
     return task, ctx
 
 
