@@ -71,6 +71,16 @@ VARIANTS: dict[str, list[str]] = {
     # robust averaging (self-centred clipping of peers' models) on, the default, and off
     "robust-clip": ["--set", "exchange.robust=clip"],
     "robust-none": ["--set", "exchange.robust=none"],
+    # DiLoCo over gossip: rounds of 50 local steps, 5 % of the round's change on the wire
+    "diloco50": ["--set", "training.outer=nesterov", "--set", "exchange.every=50", "--set", "compression.publish_every=50",
+                 "--set", "compression.publish=topk:density=0.05"],
+    "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
+                 "--set", "compression.publish=topk:density=0.05"],
+    "fp16": ["--set", "compression.value_dtype=float16"],
+    # SlowMo-like: no inner momentum, the outer Nesterov step on every exchange's pseudo-gradient
+    "slowmo": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0"],
+    "slowmo-fp16": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0",
+                    "--set", "compression.value_dtype=float16"],
 }
 
 
@@ -123,7 +133,8 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
         return DutyCycle([cluster.nodes[-1].pid], 0.5) if sc.straggler else None
 
     before = topo.counters()[0] if topo else 0
-    res: TrainResult = train(f"{sc.name}-{variant}", workdir, args.nodes, args.samples, extra, args.port,
+    samples = args.p2p_samples or args.samples
+    res: TrainResult = train(f"{sc.name}-{variant}", workdir, args.nodes, samples, extra, args.port,
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
                              restart_after=2.0 if sc.kill else -1.0, on_start=slow_last)
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
@@ -132,6 +143,8 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     if sc.straggler:
         slow = [r.train_seconds for r in res.rows if r.node == 3 and r.train_seconds is not None]
         row.note = f"fast nodes' time; node 3 took {slow[0]:.0f} s" if slow else ""
+    if samples != args.samples:
+        row.note = (row.note + "; " if row.note else "") + f"{samples} samples per node"
     if len(res.accuracies) < args.nodes:
         row.note = (row.note + "; " if row.note else "") + f"{len(res.accuracies)} of {args.nodes} checkpoints"
     append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,
@@ -148,6 +161,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="run each scenario this many times")
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--samples", type=int, default=30000, help="training samples per node")
+    ap.add_argument("--p2p-samples", type=int, default=0,
+                    help="training samples per p2pnode node, if not --samples (said in the row's note)")
     ap.add_argument("--partition-seed", type=int, default=0)
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
