@@ -80,6 +80,9 @@ VARIANTS: dict[str, list[str]] = {
     "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none"],
     "fp16": ["--set", "compression.value_dtype=float16"],
+    # one steady partner: every fetch is the single newest delta, served as published (float16 values
+    # stay float16; the exponential graph's fetches merge two publishes into a float32 "set" delta)
+    "ring-fp16": ["--set", "exchange.peer_selection=ring", "--set", "compression.value_dtype=float16"],
     # SlowMo-like: no inner momentum, the outer Nesterov step on every exchange's pseudo-gradient
     "slowmo": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0"],
     "slowmo-fp16": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0",
