@@ -517,6 +517,11 @@ def validate(cfg: Config) -> None:
     _positive("exchange.slow_answer", x.slow_answer)
     _positive("exchange.slow_answer_floor", x.slow_answer_floor)
     _choice("exchange.robust", x.robust, ("clip", "none"))
+    if t.outer == "nesterov" and x.robust == "clip":
+        # measured: after a round of local steps honest models are far apart, and the clipper
+        # refused 26-28 of 28 rounds per node as outliers: DiLoCo without the averaging
+        raise ConfigError("training.outer: nesterov needs exchange.robust = \"none\" (robust clipping refuses "
+                          "the far-apart models of DiLoCo rounds as outliers; docs/ALGORITHMS.md)")
     _positive("exchange.clip_factor", x.clip_factor)
     _positive("exchange.clip_max", x.clip_max)
     _positive("exchange.clip_refuse", x.clip_refuse)

@@ -36,6 +36,10 @@ def test_example_config_is_valid_and_matches_defaults() -> None:
     ({"membership": {"protocol": "raft"}}, "membership.protocol"),
     ({"membership": {"suspicion_mult": -1}}, "membership.suspicion_mult: must be >= 0"),
     ({"membership": {"probe_timeout": 2.0}}, "probe_timeout must be shorter than probe_interval"),
+    ({"training": {"outer": "adam"}}, "training.outer"),
+    ({"training": {"outer_momentum": 1.0}}, "training.outer_momentum: must be < 1"),
+    ({"training": {"outer": "nesterov"}}, 'needs exchange.robust = "none"'),
+    ({"exchange": {"peers_per_round": 0}}, "exchange.peers_per_round: must be > 0"),
 ])
 def test_bad_values_are_named(data: dict, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:
