@@ -16,7 +16,7 @@ nodes could never agree with a poisoned peer, and would wait for it forever) and
 ``membership.bootstrap_from_peer = false`` (the nodes start together from the same seed; a
 fresh node's bootstrap adopts a peer's model whole, unclipped: docs/ALGORITHMS.md).
 
-    .venv/bin/python scripts/bench_poison.py                            # 8 runs, ~10 min
+    .venv/bin/python scripts/bench_poison.py                            # 8 runs, ~20 min on 2 busy cores
     .venv/bin/python scripts/bench_poison.py --robust clip --attacks none sign-flip --samples 10000
     .venv/bin/python scripts/bench_poison.py --write                    # + docs/BENCHMARKS.md
 """
