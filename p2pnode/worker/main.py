@@ -104,6 +104,16 @@ class Worker:
                           resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters()),
                           classes=histogram(t.train_split.labels.numpy(), int(getattr(t.task, "num_classes", 0)))))
 
+    def finished_before(self) -> None:
+        """Resumed from a checkpoint written after training ended: no step will ever send the
+        Progress that tells the daemon so (it would wait for steps forever and never exchange,
+        found by scripts/chaos.py killing a finished node), so say it now, with the final figure."""
+        t = self.trainer
+        if t.done:
+            self.send(Progress(step=t.step, samples=t.samples, loss=t.loss_ema, done=True, lr=t.lr_now(),
+                               nonfinite=t.nonfinite_steps))
+            self.evaluate(0)
+
     def save_checkpoint(self, token: int) -> None:
         state: dict[str, Any] = self.trainer.state_dict()
         state["version"] = self.public.version
@@ -241,6 +251,7 @@ def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
         return
     try:
         worker.hello()
+        worker.finished_before()
         worker.loop()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the daemon is gone: nothing left to train for
