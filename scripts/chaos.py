@@ -132,6 +132,7 @@ def main() -> int:
     ap.add_argument("--fd-slack", type=int, default=16, help="descriptors a process may gain and not count as a leak")
     ap.add_argument("--no-netns", action="store_true", help="loopback, no cut-offs, even as root")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--subnet", default="10.97.0", help="the namespaces' /24 (one no other benchmark uses)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for training to end after chaos")
     ap.add_argument("--port", type=int, default=7701)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "chaos"))
@@ -146,7 +147,7 @@ def main() -> int:
     run.mkdir(parents=True, exist_ok=True)
     for old in run.glob("node*"):  # a fresh cluster
         shutil.rmtree(old) if old.is_dir() else old.unlink()
-    topo = Topology(args.nodes, tag="p2pch").up() if not why else None
+    topo = Topology(args.nodes, tag="p2pch", subnet=args.subnet).up() if not why else None
     try:
         place = topo.place if topo is not None else loopback
         cluster = Cluster(run, args.nodes, lambda i: training_args(i, args.nodes, samples), args.port, place)
