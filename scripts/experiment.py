@@ -301,7 +301,8 @@ def main() -> int:
                 else ratio_rate()
             append_jsonl(log, {"kind": "ratio", **why})
             print(f"== ratio condition: {json.dumps(why)}", flush=True)
-        topo = Topology(NODES + 1, tag="p2pex") if cond != "loopback" else None
+        # a subnet of its own: other benchmarks' topologies use benchlib.netns's default 10.77.0
+        topo = Topology(NODES + 1, tag="p2pex", subnet="10.79.0") if cond != "loopback" else None
         if topo is not None:
             topo.up()
             topo.set_rate(rate)

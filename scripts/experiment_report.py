@@ -184,7 +184,8 @@ def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) ->
             nodes = r.result.get("nodes", [])
             moved = [n.get("bytes") for n in nodes if n.get("bytes") is not None]
             source = {n.get("bytes_source") for n in nodes} - {None}
-            rows.append([cond, NAMES.get(r.system, r.system), secs(r.time_to(0.85)), secs(r.time_to(0.88)),
+            rows.append([cond, NAMES.get(r.system, r.system), secs(r.time_to(0.75)), secs(r.time_to(0.85)),
+                         secs(r.time_to(0.88)),
                          f"{r.result.get('wall', 0):.0f} s",
                          (f"{statistics.median(moved) / 1e6:.0f} MB ({', '.join(sorted(source))})" if moved else "-")
                          + (f"; server {nodes[0]['bytes'] / 1e6:.0f} MB" if r.system == "ps" and moved else "")])
@@ -193,7 +194,8 @@ def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) ->
                "evaluation; a parameter server's: the server's model). Bytes per node: the median node's link "
                "counters in both directions (link), what its HTTP client and server moved (http), or what "
                "all-reduce moves (computed).\n\n"
-               + table(["network", "system", "to 85 %", "to 88 %", "training time", "bytes per node"], rows) + "\n")
+               + table(["network", "system", "to 75 %", "to 85 %", "to 88 %", "training time", "bytes per node"], rows)
+               + "\n")
     return "\n".join(out)
 
 
@@ -222,8 +224,9 @@ def goals(runs: dict[str, Run]) -> str:
                 lines.append(f"- {cond}: the paper's ordering (Table I: decentralised batches faster than the "
                              f"parameter server's): median {a:.3f} s against {b:.3f} s: "
                              f"**{'holds' if a < b else 'does not hold'}**.")
-        if "single" in by:
-            single = statistics.mean(n["test_acc"] for n in by["single"].judged() if n.get("test_acc") is not None)
+        singles = [n["test_acc"] for n in by["single"].judged() if n.get("test_acc") is not None] if "single" in by else []
+        if singles:
+            single = statistics.mean(singles)
             accs = [n["test_acc"] for n in best.judged() if n.get("test_acc") is not None]
             gap = 100 * (single - min(accs)) if accs else None
             lines.append(f"- {cond}: {NAMES[best.system]} ends at {pct([min(accs)]) if accs else '-'} (worst node), "
@@ -342,7 +345,10 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
         else:
             parts.append(f"## The ratio condition's link rate\n\n{ratio.get('rate')}: {ratio.get('why')}\n")
     parts.append("## Tables\n\n" + tables(meta, ratio, runs))
-    parts.append("## Goals of issue 11\n\n" + goals(runs) + "\n")
+    short = ("\nThis log is a `--quick` one: too few samples per worker for 85 % test accuracy (the time to 75 % "
+             "stands in above). The goals are decided by the full run (30 000 samples per worker, every "
+             "condition), which this report does not include.\n" if meta.get("quick") else "")
+    parts.append("## Goals of issue 11\n" + short + "\n" + goals(runs) + "\n")
     failed = [f"- {r.name}: {last_line(r.result.get('failed')) or 'did not finish'}" for r in runs.values()
               if r.result and not r.result.get("ok", True)]
     if failed:
