@@ -99,13 +99,15 @@ class Run:
 def load(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Run]]:
     """(meta, ratio arithmetic, runs by name) from the log."""
     meta: dict[str, Any] = {}
+    commands: list[str] = []
     ratio: dict[str, Any] = {}
     runs: dict[str, Run] = {}
     for line in path.read_text().splitlines():
         rec = json.loads(line)
         kind = rec.get("kind")
-        if kind == "meta":
-            meta = rec
+        if kind == "meta":  # several when runs were appended (--append): the settings are the same
+            commands.append(f"{rec.get('command', '?')}  # {rec.get('machine', '')}")
+            meta = {**rec, "commands": commands, "systems": [*meta.get("systems", []), *rec.get("systems", [])]}
         elif kind == "ratio":
             ratio = rec
         elif kind == "sample":
@@ -318,8 +320,8 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
         "the small CNN on Fashion-MNIST on one machine, every system on the same model, data (one shard per "
         "worker), batch size 64 and samples per worker, each machine in its own network namespace where a "
         "condition caps links (`tc tbf` both ways).\n"),
-        f"```\nsudo {meta.get('command', '?')}\n{command}\n```\n",
-        (f"- {meta.get('machine', '')}\n- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
+        "```\n" + "\n".join(f"sudo {c}" for c in meta.get("commands", [])) + f"\n{command}\n```\n",
+        (f"- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
         f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
         f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN (421 642 parameters, "
         f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9, cosine schedule "
