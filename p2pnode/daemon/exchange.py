@@ -160,7 +160,10 @@ class Exchange:
                 chosen = self.selector.choose_many(peers, self.round, x.peers_per_round)
                 self.round += len(chosen)
                 self.busy.update(p.node_id for p in chosen)
-                rounds.create_task(self._round(chosen, slots))
+                if x.pipeline:
+                    rounds.create_task(self._round(chosen, slots))
+                else:  # one round at a time, in this task: the paper's (and the default) pacing
+                    await self._round(chosen, slots)
 
     async def _round(self, chosen: list[Member], slots: asyncio.Semaphore) -> None:
         try:
