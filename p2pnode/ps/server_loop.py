@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
-import signal
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,6 @@ from p2pnode.pipe_protocol import (
     Checkpoint,
     Checkpointed,
     Evaluated,
-    Failed,
     Hello,
     Message,
     PeerPayload,
@@ -47,6 +44,7 @@ from p2pnode.ps.gradient import decode_gradient, dense
 from p2pnode.ps.messages import PsPush
 from p2pnode.ps.worker_loop import model_fingerprint
 from p2pnode.wire.codec import ModelSpec, NonFiniteError, PayloadError
+from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.training import ShardTrainer
 
@@ -169,19 +167,6 @@ class PsServerWorker:
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
-    """Entry point of the spawned process (``node.role = "ps"``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    cfg = Config.from_dict(cfg_dict)
-    try:
-        server = PsServerWorker(conn, cfg, node_id)
-    except (DataError, checkpoint.CheckpointError, ValueError) as exc:
-        conn.send_bytes(encode(Failed(detail=str(exc))))
-        return
-    try:
-        server.hello()
-        server.loop()
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass
-    logging.shutdown()
-    os._exit(0)
+    """Entry point of the spawned process (``node.role = "ps"``; p2pnode/worker/process.py)."""
+    run_spawned(conn, lambda: PsServerWorker(conn, Config.from_dict(cfg_dict), node_id),
+                (DataError, checkpoint.CheckpointError, ValueError))

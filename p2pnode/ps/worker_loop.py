@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
-import signal
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -35,7 +33,6 @@ from p2pnode.pipe_protocol import (
     Checkpoint,
     Checkpointed,
     Evaluated,
-    Failed,
     Hello,
     Message,
     PeerPayload,
@@ -49,6 +46,7 @@ from p2pnode.ps.messages import PsGradient, PsRoundEnd
 from p2pnode.wire.codec import ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.codec import decode as decode_payload
 from p2pnode.wire.replica import Replica, ReplicaGap
+from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.training import ShardTrainer
 
@@ -216,19 +214,5 @@ class PsWorker:
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
-    """Entry point of the spawned process (``node.role = "ps-worker"``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    cfg = Config.from_dict(cfg_dict)
-    try:
-        worker = PsWorker(conn, cfg, node_id)
-    except (DataError, ValueError) as exc:
-        conn.send_bytes(encode(Failed(detail=str(exc))))
-        return
-    try:
-        worker.hello()
-        worker.loop()
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass
-    logging.shutdown()
-    os._exit(0)
+    """Entry point of the spawned process (``node.role = "ps-worker"``; p2pnode/worker/process.py)."""
+    run_spawned(conn, lambda: PsWorker(conn, Config.from_dict(cfg_dict), node_id), (DataError, ValueError))

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
-import signal
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -30,7 +28,6 @@ from p2pnode.pipe_protocol import (
     Checkpoint,
     Checkpointed,
     Evaluated,
-    Failed,
     Hello,
     Message,
     PeerPayload,
@@ -49,6 +46,7 @@ from p2pnode.wire.codec import (
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
 from p2pnode.worker.outer import OuterNesterov
+from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.robust import make_clipper
 from p2pnode.worker.training import RECOVERY_STEPS, ShardTrainer
@@ -103,6 +101,7 @@ class Worker:
                           step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
                           resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters()),
                           classes=histogram(t.train_split.labels.numpy(), int(getattr(t.task, "num_classes", 0)))))
+        self.finished_before()
 
     def finished_before(self) -> None:
         """Resumed from a checkpoint written after training ended: no step will ever send the
@@ -237,26 +236,10 @@ class Worker:
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
-    """Entry point of the spawned process."""
-    # The daemon decides when we stop (Ctrl-C, `timeout` and systemd may signal the whole
-    # process group); if the daemon itself dies, the pipe closes and we exit on EOF.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    cfg = Config.from_dict(cfg_dict)
-    logging.basicConfig(level=cfg.node.log_level.upper(), format="%(asctime)s worker %(levelname)s %(message)s")
-    try:
-        worker = Worker(conn, cfg, node_id)
-    except (DataError, checkpoint.CheckpointError, ValueError) as exc:
-        conn.send_bytes(encode(Failed(detail=str(exc))))
-        return
-    try:
-        worker.hello()
-        worker.finished_before()
-        worker.loop()
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the daemon is gone: nothing left to train for
-    # Every answer is in the pipe and the final checkpoint is fsynced. Skip the interpreter's
-    # teardown: with torch loaded it takes 1-3 s on a busy machine, all of it inside the
-    # daemon's 10 s stop budget (and systemd's TimeoutStopSec).
-    logging.shutdown()
-    os._exit(0)
+    """Entry point of the spawned process (p2pnode/worker/process.py)."""
+    def make() -> Worker:
+        cfg = Config.from_dict(cfg_dict)
+        logging.basicConfig(level=cfg.node.log_level.upper(), format="%(asctime)s worker %(levelname)s %(message)s")
+        return Worker(conn, cfg, node_id)
+
+    run_spawned(conn, make, (DataError, checkpoint.CheckpointError, ValueError))

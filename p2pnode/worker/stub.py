@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import secrets
-import signal
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,7 +30,6 @@ from p2pnode.pipe_protocol import (
     Checkpoint,
     Checkpointed,
     Evaluated,
-    Failed,
     Hello,
     Message,
     PeerPayload,
@@ -53,6 +50,7 @@ from p2pnode.wire.codec import (
 )
 from p2pnode.wire.codec import encode as encode_payload
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
+from p2pnode.worker.process import run_spawned
 
 log = logging.getLogger("p2pnode.worker")
 
@@ -218,21 +216,12 @@ class StubWorker:
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
-    """Entry point of the spawned process (see ``p2pnode.worker.run``)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when we stop
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    cfg = Config()
-    merge(cfg, cfg_dict)  # validated by the daemon already; validation would import torch
-    logging.basicConfig(level=cfg.node.log_level.upper(), format="%(asctime)s stub-worker %(levelname)s %(message)s")
-    try:
-        worker = StubWorker(conn, cfg, node_id)
-    except ValueError as exc:
-        conn.send_bytes(encode(Failed(detail=str(exc))))
-        return
-    try:
-        worker.hello()
-        worker.loop()
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the daemon is gone
-    logging.shutdown()
-    os._exit(0)
+    """Entry point of the spawned process (p2pnode/worker/process.py)."""
+    def make() -> StubWorker:
+        cfg = Config()
+        merge(cfg, cfg_dict)  # validated by the daemon already; validation would import torch
+        logging.basicConfig(level=cfg.node.log_level.upper(),
+                            format="%(asctime)s stub-worker %(levelname)s %(message)s")
+        return StubWorker(conn, cfg, node_id)
+
+    run_spawned(conn, make, (ValueError,))
