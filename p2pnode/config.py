@@ -177,6 +177,9 @@ class ExchangeConfig:
     clip_factor: float = 3.0
     clip_max: float = 0.25
     clip_refuse: float = 4.0
+    #: who may push a model (POST /v1/model): "members" (a running member, from its own host;
+    #: p2pnode/daemon/push.py) or "any" (every sender: tests and closed networks only)
+    accept_pushes: str = "members"
 
 
 @dataclass
@@ -517,6 +520,7 @@ def validate(cfg: Config) -> None:
     _positive("exchange.slow_answer", x.slow_answer)
     _positive("exchange.slow_answer_floor", x.slow_answer_floor)
     _choice("exchange.robust", x.robust, ("clip", "none"))
+    _choice("exchange.accept_pushes", x.accept_pushes, ("members", "any"))
     if t.outer == "nesterov" and x.robust == "clip":
         # measured: after a round of local steps honest models are far apart, and the clipper
         # refused 26-28 of 28 rounds per node as outliers: DiLoCo without the averaging
