@@ -1,7 +1,8 @@
 """The node's HTTP API (aiohttp): model exchange, status, metrics, health.
 
 ``GET /v1/model`` serves this node's public model (sparse delta since a version, a snapshot, or
-304); ``POST /v1/model`` lets a peer push a payload to be averaged in. Every request passes the
+304); ``POST /v1/model`` lets a member push a payload to be averaged in (anyone else: 403 from
+the headers, p2pnode/daemon/push.py). Every request passes the
 guard first (``p2pnode.net.guard``: a rate per client IP, 429 beyond; bodies read streaming
 under the endpoint's limit, 413 as soon as one passes it; bounded concurrent body reads and
 bytes, 503 beyond). A POST /v1/model body may be no larger than ``http.max_request_bytes``
@@ -25,7 +26,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.daemon.push import PushPolicy
 from p2pnode.daemon.state import ModelSource
+from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
@@ -56,7 +59,8 @@ def _nonneg_int(request: web.Request, key: str) -> int | None:
 
 class HttpApi:
     def __init__(self, cfg: Config, model: ModelSource, worker: WorkerPipe, metrics: NodeMetrics,
-                 status: Callable[[], dict[str, Any]], healthy: Callable[[], bool]) -> None:
+                 status: Callable[[], dict[str, Any]], healthy: Callable[[], bool],
+                 pusher: Callable[[str], Member | None]) -> None:
         self.cfg = cfg
         self.model = model  # what GET /v1/model serves
         self.worker = worker  # where POST /v1/model payloads go
@@ -69,6 +73,13 @@ class HttpApi:
         self.body_budget: BodyBudget | None = None
         #: full snapshots cost a whole model each: their own, smaller rate per client IP
         self.snapshot_buckets = TokenBuckets(cfg.http.snapshot_rate_per_source, cfg.http.snapshot_burst)
+        #: who may POST /v1/model (exchange.accept_pushes); ``pusher`` is the membership's
+        self.pushes = PushPolicy(cfg.exchange.accept_pushes, pusher, self._count_rejected)
+        #: pushed payloads the worker averaged in
+        self.pushes_accepted = 0
+
+    def _count_rejected(self, reason: str) -> None:
+        self.metrics.rejected.labels(reason).inc()
 
     def post_limit(self) -> int:
         """The largest POST /v1/model body: ``http.max_request_bytes``, and no more than a
@@ -99,11 +110,15 @@ class HttpApi:
     def build_app(self, secret: bytes | None) -> web.Application:
         h = self.cfg.http
         limits = GuardLimits(h.rate_per_source, h.rate_burst, h.max_body_reads, h.max_inflight_bytes)
-        def count(reason: str) -> None:
-            self.metrics.rejected.labels(reason).inc()
+        count = self._count_rejected
+        unsigned = unsigned_refusal(count) if secret else None
+
+        def precheck(request: web.Request) -> web.Response | None:
+            """From the headers alone: unsigned (401), then a push from a non-member (403)."""
+            return (unsigned(request) if unsigned else None) or self.pushes.precheck(request)
 
         guard, self.rate_buckets, self.body_budget = guard_middleware(
-            limits, self.body_limit, count, unsigned_refusal(count) if secret else None, self.body_prefix_error)
+            limits, self.body_limit, count, precheck, self.body_prefix_error)
         middlewares = [guard]
         if secret:
             middlewares.append(auth_middleware(secret, h.max_request_bytes, count))
@@ -156,10 +171,7 @@ class HttpApi:
         if request.content_length is not None and request.content_length > limit:
             self.metrics.rejected.labels("too-large").inc()
             return error(413, f"body over {limit} bytes")
-        peer = request.query.get("from", "")
-        if not (0 < len(peer) <= 64 and peer.isprintable()):
-            self.metrics.rejected.labels("bad-request").inc()
-            return error(400, "?from=NODE_ID is required")
+        peer = request.query["from"]  # well formed, and a member's unless "any": the guard's precheck
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
@@ -173,6 +185,7 @@ class HttpApi:
             return error(503, "the training worker did not take the payload")
         if not applied.ok:
             return error(REFUSAL_STATUS.get(applied.reason, 400), f"{applied.reason}: {applied.detail}")
+        self.pushes_accepted += 1
         return web.json_response({"accepted": True, "version": applied.version, "weight": applied.weight})
 
     async def get_status(self, request: web.Request) -> web.StreamResponse:

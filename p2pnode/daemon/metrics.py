@@ -26,7 +26,8 @@ disable_created_metrics()
 EXCHANGE_RESULTS = ("ok", "not_modified", "unavailable", "local", "resync", "timeout", "error", "slow", "rejected")
 #: every ``reason`` of p2pnode_payloads_rejected_total: the worker's refusals of a peer's payload
 #: and the HTTP layer's (net/guard.py, net/server.py, daemon/http.py)
-REJECT_REASONS = (*REFUSAL_REASONS, "bad-request", "unauthorized", "replayed", "rate-limited", "busy", "slow-body")
+REJECT_REASONS = (*REFUSAL_REASONS, "bad-request", "unauthorized", "replayed", "rate-limited", "busy", "slow-body",
+                  "not-member")
 #: every ``kind`` of p2pnode_model_requests_total
 REQUEST_KINDS = ("snapshot", "delta", "not_modified")
 #: p2pnode_training_diverging turns 1 at this many non-finite losses (each a restore of the

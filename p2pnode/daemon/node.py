@@ -137,6 +137,7 @@ class Node:
             "peers": ex["peers"],
             "consensus": ex["consensus"],
             "robust": ex["robust"],
+            "pushes": {**self.api.pushes.status(), "accepted": self.api.pushes_accepted} if self.api else {},
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
             "bytes": {"model_received": ex["totals"]["bytes_received"],
@@ -246,7 +247,7 @@ class Node:
         self.exchange = Exchange(self.cfg, sup.clock, sup.pipe, self.membership, self.client, self.metrics,
                                  self.node_id)
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
-                           lambda: sup.state.worker_alive)
+                           lambda: sup.state.worker_alive, self.membership.pusher)
         app = self.api.build_app(self.secret)
         if self.cfg.node.role == "ps":
             from p2pnode.ps.server import PsServer

@@ -80,6 +80,11 @@ class Membership(abc.ABC):
         bounded. They are hints: a node whose hints all fail starts alone."""
         return [m.addr for m in self.alive_peers()][:MAX_HINTS]
 
+    def pusher(self, node_id: str) -> Member | None:
+        """The running member ``node_id`` a pushed model may come from (daemon/push.py), or None:
+        here an alive peer; SWIM also takes a suspect one (verified members only)."""
+        return next((m for m in self.alive_peers() if m.node_id == node_id), None)
+
     def report_exchange(self, node_id: str, ok: bool) -> None:
         """A hint from the exchange actor; protocols may use or ignore it."""
 

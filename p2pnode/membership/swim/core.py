@@ -90,6 +90,10 @@ class SwimCore(Membership):
         m = self.table.get(node_id)
         return m is not None and m is not self.local and m.state in (ALIVE, SUSPECT)
 
+    def pusher(self, node_id: str) -> Member | None:
+        """A verified member, alive or suspect (``is_member``): candidates are not in the table."""
+        return self.member(node_id) if self.is_member(node_id) else None
+
     def members(self) -> list[Member]:
         return sorted((copy.copy(m) for m in self.table), key=lambda m: m.node_id)
 
