@@ -77,12 +77,12 @@ def signed_json(addr: str, path: str, secret: bytes = SECRET) -> dict:
     return json.loads(body)
 
 
-def oversized_post(addr: str, limit: int, headers: dict[str, str]) -> int:
+def oversized_post(addr: str, limit: int, headers: dict[str, str], peer: str = "x") -> int:
     """Declare a body over the limit and send almost none of it: the answer must not wait for it."""
     host, _, port = addr.rpartition(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5.0)
     try:
-        conn.putrequest("POST", "/v1/model?from=x")
+        conn.putrequest("POST", f"/v1/model?from={peer}")
         conn.putheader("Content-Length", str(limit + 1))
         for k, v in headers.items():
             conn.putheader(k, v)
@@ -124,8 +124,11 @@ def test_secret_cluster_signs_checks_and_refuses_strangers(cluster) -> None:
 
     # Unsigned, stale or badly signed requests get 401 on everything but /healthz and /metrics.
     counts = metrics_text(a.addr)
+    # (pushes name b, a member on loopback as this test is: a push from a non-member would get
+    # 403 from its headers, before its signature is checked)
+    push = f"/v1/model?from={ids['b']}"
     for method, path in (("GET", "/v1/model"), ("GET", "/v1/status"), ("GET", "/v1/model?since=0"),
-                         ("POST", "/v1/model?from=x"), ("POST", "/v1/membership/push-pull")):
+                         ("POST", push), ("POST", "/v1/membership/push-pull")):
         body = msgpack.packb({"node_id": "x", "addr": "127.0.0.1:1", "incarnation": 0}) if method == "POST" else b""
         status, _, reply = http_request(a.addr, method, path, body)
         assert status == 401, (method, path, status, reply[:200])
@@ -135,12 +138,15 @@ def test_secret_cluster_signs_checks_and_refuses_strangers(cluster) -> None:
     assert http_request(a.addr, "GET", "/v1/status", headers=stale)[0] == 401
     replayed = sign(SECRET, "GET", "/v1/status", b"")  # a valid signature, for another path
     assert http_request(a.addr, "GET", "/v1/model", headers=replayed)[0] == 401
-    tampered = sign(SECRET, "POST", "/v1/model?from=x", b"one body")
-    assert http_request(a.addr, "POST", "/v1/model?from=x", b"another", headers=tampered)[0] == 401
+    tampered = sign(SECRET, "POST", push, b"one body")
+    assert http_request(a.addr, "POST", push, b"another", headers=tampered)[0] == 401
     # Requests are refused from their headers, before the body is read: no signature (401),
     # or a body declared over the limit (413).
     assert oversized_post(a.addr, limit, {}) == 401
-    assert oversized_post(a.addr, limit, sign(SECRET, "POST", "/v1/model?from=x", b"")) == 413
+    assert oversized_post(a.addr, limit, sign(SECRET, "POST", push, b""), peer=ids["b"]) == 413
+    # A signed push (the secret proves the cluster) naming no member is still refused: 403.
+    stranger_push = sign(SECRET, "POST", "/v1/model?from=x", b"\x80")
+    assert http_request(a.addr, "POST", "/v1/model?from=x", b"\x80", headers=stranger_push)[0] == 403
     for path in ("/healthz", "/metrics"):
         assert http_request(a.addr, "GET", path)[0] == 200, path
     # The CLI signs its status request when given the secret, and is refused without it.

@@ -83,7 +83,10 @@ def with_nan(snapshot_bytes: bytes) -> bytes:
 
 @pytest.mark.timeout(90)
 def test_bad_payloads_are_refused_counted_and_change_nothing(cluster) -> None:
-    node = cluster("a", extra=[*STUB, "--set", f"http.max_request_bytes={LIMIT}", "--set", "training.max_samples=64"])
+    # the bodies' handling is the point here, so pushes from anyone (PEER is no member of this lone
+    # node; the refusal of non-members is tests/test_hostile_push.py's)
+    node = cluster("a", extra=[*STUB, "--set", f"http.max_request_bytes={LIMIT}", "--set", "training.max_samples=64",
+                               "--set", "exchange.accept_pushes=any"])
     node.wait_ready()
     wait_for(lambda: node.status()["training"]["done"], 30, "training to stop")
     before_status = node.status()

@@ -49,7 +49,9 @@ def test_replay_cache_refuses_a_signature_twice_and_stays_bounded() -> None:
 
 
 def test_a_replayed_signed_request_gets_401(cluster: Callable[..., NodeProc]) -> None:
-    node = cluster("a", extra=[*STUB, "--set", f"node.secret={SECRET.decode()}"])
+    # pushes from anyone holding the secret: "x" is no member of this lone node, and a push from
+    # a non-member is refused (403) before its signature is checked
+    node = cluster("a", extra=[*STUB, "--set", f"node.secret={SECRET.decode()}", "--set", "exchange.accept_pushes=any"])
     ready(node)
     for method, path, body in [("GET", "/v1/status", b""), ("GET", "/v1/model", b""),
                                ("POST", "/v1/model?from=x", b"\x80")]:

@@ -74,7 +74,7 @@ def run_threads(n: int, fn: Callable[[int], None]) -> None:
 @pytest.mark.parametrize("secret", [False, True])
 def test_sixteen_chunked_60mib_garbage_pushes_refused_while_streaming(cluster: Callable[..., NodeProc],
                                                                        tmp_path: Path, secret: bool) -> None:
-    extra = [*STUB]
+    extra = [*STUB, "--set", "exchange.accept_pushes=any"]  # bodies are the point: no 403 from the headers
     # with a secret, an unsigned body is refused (401) from its headers; the attacker sends a
     # made-up signature, which can only be checked once the body is in, so the body is read
     forged = f"X-P2P-Timestamp: {int(time.time())}\r\nX-P2P-Signature: {'0' * 64}\r\n" if secret else ""
@@ -143,7 +143,8 @@ def test_slow_senders_cannot_take_every_body_slot(cluster: Callable[..., NodePro
 
 
 def test_bytes_in_flight_are_bounded(cluster: Callable[..., NodeProc]) -> None:
-    victim = cluster("victim", extra=[*STUB, "--set", "http.max_inflight_bytes=100000"])
+    victim = cluster("victim", extra=[*STUB, "--set", "http.max_inflight_bytes=100000",
+                                      "--set", "exchange.accept_pushes=any"])  # x is no member
     victim.wait_ready()
     part = b"\x00" * 60000  # under the 64 KiB a model body is judged from: only the byte budget stops it
     first = open_chunked(victim.addr, "/v1/model?from=x")

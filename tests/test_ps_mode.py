@@ -54,8 +54,10 @@ def test_server_applies_pushes_and_survives_a_killed_worker(cluster) -> None:
     refused = s["ps"]["refused"]
     status, _, _ = http_request(server.addr, "POST", "/v1/ps/gradient?from=x", b"\x81\xa3fmt\x01" + b"\0" * 64)
     assert status == 400
+    status, _, _ = http_request(server.addr, "POST", f"/v1/model?from={ids[0]}", b"\x81\xa3fmt\x01" + b"\0" * 64)
+    assert status == 400  # a member's (the worker's, on loopback as this test is) garbage
     status, _, _ = http_request(server.addr, "POST", "/v1/model?from=x", b"\x81\xa3fmt\x01" + b"\0" * 64)
-    assert status == 400
+    assert status == 403  # a stranger's: refused from the headers
     assert server.status()["ps"]["refused"] >= refused  # the prefix guard may refuse it before the worker
 
     workers[1].signal(signal.SIGKILL)
