@@ -23,7 +23,6 @@ from p2pnode.data import DataError
 from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import (
     ADOPT,
-    OUTLIER,
     Applied,
     Checkpoint,
     Checkpointed,
@@ -48,7 +47,7 @@ from p2pnode.worker.averaging import average_into, peer_weight, relative_distanc
 from p2pnode.worker.outer import OuterNesterov
 from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
-from p2pnode.worker.robust import make_clipper
+from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
 from p2pnode.worker.training import RECOVERY_STEPS, ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
@@ -143,12 +142,9 @@ class Worker:
         weight = 1.0 if msg.mode == ADOPT else peer_weight(
             self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss)
         distance = relative_distance(self.trainer.model, replica.tensors)
-        clip = None if msg.mode == ADOPT or self.clipper is None else self.clipper.decide(msg.peer, distance)
-        if clip is not None and clip.refused:
-            self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=OUTLIER, radius=clip.radius,
-                              epoch=replica.epoch, version=replica.version,  # the replica took it: deltas next
-                              detail=f"its model is {distance:.3g} x ||x|| from ours, over {self.cfg.exchange.clip_refuse:g} x "
-                                     f"the radius {clip.radius:.3g} (exchange.robust)"))
+        clip = clip_payload(self.clipper, msg, distance)
+        if clip is not None and clip.refused and self.clipper is not None:
+            self.send(outlier_refusal(self.clipper, msg, clip, distance, replica.epoch, replica.version))
             return
         if clip is not None:  # x + w clip(x_peer - x, tau) is averaging with weight w * min(1, tau / d)
             weight *= clip.scale
@@ -162,8 +158,7 @@ class Worker:
             self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
-                          version=replica.version, weight=weight, distance=distance,
-                          radius=clip.radius if clip else -1.0, clipped=bool(clip and clip.clipped)))
+                          version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)

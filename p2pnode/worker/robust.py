@@ -22,7 +22,7 @@ recent exchanges instead (``ClipRadius``), chosen so that a poisoned peer cannot
   (with two peers, the smaller), so a hostile peer can shrink tau (slowing mixing, never moving
   the model further) but not widen it;
 - tau is never above ``max_ratio`` (relative): the radius before any history, and the bound
-  whatever the history says.
+  whatever the history says; nor below ``MIN_RATIO`` (a tau of 0 could never widen again).
 
 Clipping alone bounds each exchange, not the sum: a peer that sends −x every time pulls ours
 towards zero by w * tau per exchange, always the same way, and in a 4-node exponential graph two
@@ -34,8 +34,9 @@ Honest distances grow by less than 2x from one exchange to the next, so with the
 honest peer is clipped at most, never refused; and since a refusal records tau too, a node whose
 every peer looks far (its own model is the odd one) widens tau within a few exchanges.
 
-Pure Python, no torch: the torch worker and the stub worker use it alike. State lives in the
-``ClipRadius`` object, owned by the worker's one thread.
+Pure Python, no torch: the torch worker and the stub worker use it alike (``clip_payload``,
+``outlier_refusal``, ``applied_clip``: the one rule for both). State lives in the ``ClipRadius``
+object, owned by the worker's one thread.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ import math
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
+
+from p2pnode.pipe_protocol import ADOPT, OUTLIER, Applied, PeerPayload
 
 #: the choices of ``exchange.robust``
 ROBUST_RULES = ("clip", "none")
@@ -53,6 +57,11 @@ ROBUST_RULES = ("clip", "none")
 #: them either clips honest peers (rising) or lets a hostile one pull harder (falling)
 WINDOW = 3
 MAX_PEERS = 64
+#: the smallest tau (relative): models once bit-identical (two nodes that agree exactly after
+#: training) would record distances of 0 and make tau 0, and 3 x 0 never widens again, so every
+#: later difference, a new member's included, would be refused for good. Far below any honest
+#: distance measured (0.004 at the end of a cosine schedule)
+MIN_RATIO = 1e-4
 
 
 @dataclass
@@ -86,7 +95,7 @@ class ClipRadius:
         if not medians:
             return self.max_ratio
         lower_median = medians[(len(medians) - 1) // 2]
-        return min(self.max_ratio, self.factor * lower_median)
+        return min(self.max_ratio, max(MIN_RATIO, self.factor * lower_median))
 
     def decide(self, peer: str, distance: float) -> ClipDecision:
         """Clip an exchange at relative ``distance`` from ``peer`` (refuse it beyond ``refuse``
@@ -112,3 +121,25 @@ def make_clipper(rule: str, factor: float, max_ratio: float, refuse: float) -> C
     if rule not in ROBUST_RULES:
         raise ValueError(f"unknown robust averaging rule {rule!r}; choose one of {', '.join(ROBUST_RULES)}")
     return ClipRadius(factor, max_ratio, refuse) if rule == "clip" else None
+
+
+def clip_payload(clipper: ClipRadius | None, msg: PeerPayload, distance: float) -> ClipDecision | None:
+    """What robust averaging does with a peer's payload at relative ``distance``: None when it
+    does not apply (``exchange.robust = "none"``, or an adoption: the bootstrap takes a model
+    whole, its checks are the daemon's, p2pnode/daemon/bootstrap.py)."""
+    return None if msg.mode == ADOPT or clipper is None else clipper.decide(msg.peer, distance)
+
+
+def outlier_refusal(clipper: ClipRadius, msg: PeerPayload, clip: ClipDecision, distance: float, epoch: str,
+                    version: int) -> Applied:
+    """The worker's answer to a payload refused as an outlier; ``epoch`` and ``version`` are the
+    replica's, which took the payload (so the peer's next delta applies)."""
+    return Applied(token=msg.token, ok=False, peer=msg.peer, reason=OUTLIER, radius=clip.radius,
+                   epoch=epoch, version=version,
+                   detail=f"its model is {distance:.3g} x ||x|| from ours, over {clipper.refuse:g} x "
+                          f"the radius {clip.radius:.3g} (exchange.robust)")
+
+
+def applied_clip(clip: ClipDecision | None) -> dict[str, Any]:
+    """The clipping fields of an averaged payload's ``Applied`` (radius -1: not clipped at all)."""
+    return {"radius": clip.radius if clip else -1.0, "clipped": bool(clip and clip.clipped)}

@@ -6,7 +6,9 @@ daemon sees is real: the same pipe protocol, a real public model (two small floa
 published as sparse deltas through the real codec, peers' payloads applied to real replicas
 and averaged in, checkpoints written atomically and resumed after a restart. What is not real
 is the training: a step moves the model a little towards this shard's fixed target, the loss is
-the squared distance to it, and "accuracy" is 1 / (1 + loss). It always averages by the mean.
+the squared distance to it, and "accuracy" is 1 / (1 + loss). It always averages by the mean,
+under the same robust rule as the torch worker (``exchange.robust``, p2pnode/worker/robust.py):
+a peer's model is clipped to the radius, or refused as an outlier beyond it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from p2pnode.wire.codec import (
 from p2pnode.wire.codec import encode as encode_payload
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.process import run_spawned
+from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
 
 log = logging.getLogger("p2pnode.worker")
 
@@ -59,6 +62,7 @@ CHECKPOINT_NAME = "checkpoint.stub"
 STEP_SECONDS = 0.02  # idle between steps: about 50 steps a second, next to no CPU
 RATE = 0.02  # how far one step moves towards the target
 DENSITY = 0.25  # share of each tensor's entries one publish sends
+SPREAD = 0.1  # how far one shard's target is from the common one (RMS per entry; the common one's is 1)
 
 
 class StubWorker:
@@ -67,15 +71,21 @@ class StubWorker:
         t = cfg.training
         shard, _ = parse_shard(t.shard)
         init, own = np.random.default_rng(t.seed), np.random.default_rng(t.seed * 1000 + shard + 1)
-        # Same start on every node (as the real worker), a different target per shard.
+        common = np.random.default_rng(t.seed + 1_000_003)
+        # Same start on every node (as the real worker), a different target per shard, near a
+        # common one (as the optima of one task's shards are): far-apart targets would keep
+        # honest nodes further apart than robust averaging's radius (refused as outliers)
         self.x = {s.name: (init.standard_normal(s.numel) * 0.1).astype(np.float32) for s in SPEC.tensors}
-        self.target = {s.name: own.standard_normal(s.numel).astype(np.float32) for s in SPEC.tensors}
+        self.target = {s.name: (common.standard_normal(s.numel) + SPREAD * own.standard_normal(s.numel))
+                       .astype(np.float32) for s in SPEC.tensors}
         self.step = self.samples = self.version = 0
         self.ckpt_path = Path(cfg.node.state_dir) / CHECKPOINT_NAME
         self.resumed = self._load()
         self.xhat = {k: v.copy() for k, v in self.x.items()}
         self.epoch = secrets.token_hex(6)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
+        x = cfg.exchange
+        self.clipper = make_clipper(x.robust, x.clip_factor, x.clip_max, x.clip_refuse)
         self.running = True
         self.dirty = False
 
@@ -154,12 +164,18 @@ class StubWorker:
         gap = math.sqrt(sum(float(np.sum((self.x[k] - replica.arrays[k]) ** 2)) for k in self.x))
         norm = math.sqrt(sum(float(np.sum(x ** 2)) for x in self.x.values()))
         distance = gap / norm if norm > 0 else -1.0
+        clip = clip_payload(self.clipper, msg, distance)
+        if clip is not None and clip.refused and self.clipper is not None:
+            self.send(outlier_refusal(self.clipper, msg, clip, distance, replica.epoch or "", replica.version))
+            return
+        if clip is not None:  # averaging with weight w * min(1, tau / d), as the torch worker does
+            weight *= clip.scale
         for name, x in self.x.items():
             x *= 1.0 - weight
             x += weight * replica.arrays[name]
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
-                          version=replica.version, weight=weight, distance=distance))
+                          version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
     def checkpoint(self, token: int) -> None:
         try:
