@@ -9,10 +9,15 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from p2pnode import __version__
-from p2pnode.config import Config, ConfigError, load_file, merge, set_option, validate
+
+if TYPE_CHECKING:
+    from p2pnode.config import Config
+
+# p2pnode.config (msgspec) is imported where a command needs it: `p2pnode install-service` runs
+# from a wheel installed with no dependencies (tests/test_release.py).
 
 
 def _start_parser(sub: Any) -> None:
@@ -33,6 +38,15 @@ def _start_parser(sub: Any) -> None:
 
 
 def build_config(args: argparse.Namespace) -> Config:
+    from p2pnode.config import (
+        Config,
+        ConfigError,
+        load_file,
+        merge,
+        set_option,
+        validate,
+    )
+
     cfg = Config()
     if args.config:
         merge(cfg, load_file(args.config))
@@ -54,6 +68,7 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     early_signals.install()  # SIGTERM from now on is a graceful stop, not a kill (docs/OPERATIONS.md)
     from p2pnode import preflight
+    from p2pnode.config import ConfigError
 
     try:
         cfg = build_config(args)
@@ -124,6 +139,8 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def _read_credential(path: str | None, what: str) -> bytes | None:
+    from p2pnode.config import ConfigError
+
     if not path:
         return None
     try:
@@ -133,6 +150,7 @@ def _read_credential(path: str | None, what: str) -> bytes | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from p2pnode.config import ConfigError
     from p2pnode.watch import Target, fetch_json, watch
 
     try:

@@ -11,13 +11,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # Install only when pyproject changed since the last install (a CUDA torch build is ~5 GB).
 stamp=.venv/.p2pnode-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c "import p2pnode, torch, torchvision" 2>/dev/null; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c "import p2pnode, torch, torchvision, msgspec" 2>/dev/null; then
   echo "== installing p2pnode and its dependencies into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # torch/torchvision: this kind of machine keeps wheels on disk that pip picks first.
   .venv/bin/python -m pip install -q "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, lz4, uvloop, prometheus_client, rich"
+  .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich"
   touch "$stamp"
 fi
 # The example task package (examples/charlm, docs/TASKS.md): tests/test_tasks_cluster.py trains it

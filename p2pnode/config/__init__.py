@@ -1,0 +1,40 @@
+"""Node configuration: one ``msgspec.Struct`` per TOML table, defaults documented in place.
+
+Sources, later ones win: built-in defaults, the TOML file (``--config``), then command-line
+options. msgspec decodes and checks them against the schema (types, choices, bounds); explicit
+checks follow for what depends on several keys. Validation is strict: an unknown key or a bad
+value raises ``ConfigError`` with one line saying which key and why; the CLI prints it and exits
+with code 2. None of it imports torch (the daemon process never loads it).
+
+- ``base.py``: ``ConfigError``, ``parse_hostport``, ``parse_shard``
+- ``schema.py``: the tables, their types and defaults (conf/node.toml shows the same)
+- ``load.py``: TOML, ``--set`` and merging, decoded by msgspec; its messages made one line
+- ``checks.py``: ``validate``: names against their tables, grammars, rules between keys
+"""
+
+from __future__ import annotations
+
+from p2pnode.config.base import MAX_SECONDS, ConfigError, parse_hostport, parse_shard
+from p2pnode.config.checks import validate
+from p2pnode.config.load import _coerce, coerce, decode, load_file, merge, set_option
+from p2pnode.config.schema import (
+    ROLES,
+    SWIM_BOUNDS,
+    SWIM_TIMINGS,
+    CheckpointConfig,
+    CompressionConfig,
+    Config,
+    ExchangeConfig,
+    HttpConfig,
+    LoggingConfig,
+    MembershipConfig,
+    NodeConfig,
+    TrainingConfig,
+)
+
+__all__ = [
+    "MAX_SECONDS", "ROLES", "SWIM_BOUNDS", "SWIM_TIMINGS", "CheckpointConfig", "CompressionConfig", "Config",
+    "ConfigError", "ExchangeConfig", "HttpConfig", "LoggingConfig", "MembershipConfig", "NodeConfig",
+    "TrainingConfig", "_coerce", "coerce", "decode", "load_file", "merge", "parse_hostport", "parse_shard",
+    "set_option", "validate",
+]
