@@ -91,3 +91,27 @@ def test_swim_timings_override_the_profile_and_zero_keeps_it() -> None:
     assert (swim.probe_interval, swim.probe_timeout, swim.push_pull_interval) == (0.4, 0.1, 2.0)
     assert swim.suspicion_mult == SwimConfig.wan().suspicion_mult  # 0: the profile's
     assert Config().membership.swim_overrides() == {}
+
+
+def test_decoding_by_msgspec_keeps_one_line_per_key() -> None:
+    """Choices are listed, --set strings take the key's type, a failed merge changes nothing,
+    and validate() decodes again, so a value set by attribute is checked too."""
+    from p2pnode.config import set_option
+
+    with pytest.raises(ConfigError, match=r"^exchange\.averaging: 'median' is not one of mean, contribution$"):
+        Config.from_dict({"exchange": {"averaging": "median"}})
+    cfg = Config()
+    set_option(cfg, "exchange.pipeline", "true")
+    set_option(cfg, "node.seeds", "10.0.0.5:7070, 10.0.0.6:7070")
+    set_option(cfg, "training.batch_size", "128")
+    assert cfg.exchange.pipeline is True and cfg.training.batch_size == 128
+    assert cfg.node.seeds == ["10.0.0.5:7070", "10.0.0.6:7070"]
+    before = cfg.to_dict()
+    with pytest.raises(ConfigError, match=r"^training\.momentum: must be < 1, got 1.5$"):
+        merge(cfg, {"training": {"lr": 0.5, "momentum": 1.5}})
+    assert cfg.to_dict() == before, "a refused merge must change nothing"
+    cfg.exchange.timeout = float("inf")
+    with pytest.raises(ConfigError, match=r"^exchange\.timeout: expected a finite number, got inf$"):
+        validate(cfg)
+    with pytest.raises(ConfigError, match=r"^\[training\] must be a table$"):
+        merge(Config(), {"training": 3})
