@@ -65,6 +65,8 @@ def test_a_strangers_zero_model_is_refused_and_a_members_push_is_taken(cluster) 
     b_id = b.wait_ready()["node_id"]
     wait_for(lambda: any(m["node_id"] == b_id and m["state"] == "alive" for m in a.status()["members"]), 20,
              "a to verify b")
+    # (b serves no model until its start from a's is settled: 503 for the first moment)
+    wait_for(lambda: http_request(b.addr, "GET", "/v1/model")[0] == 200, 20, "b to serve its model")
     b_model, _, _ = snapshot(b.addr)
     status, reply = push(a.addr, b_id, b_model)
     assert status == 200 and reply["accepted"], reply

@@ -30,12 +30,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import math
 import random
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from p2pnode.config import Config
+from p2pnode.daemon.bootstrap import LONE_WAIT_S, MAX_VOTES, RETRY_S, VOTERS, BootstrapState, collect, judge
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import StepClock
@@ -113,8 +115,10 @@ class Exchange:
         self.round = 0
         #: slow 304/503 answers count as failures (p2pnode/net/deadline.py)
         self.slow = SlowAnswers(cfg.exchange.slow_answer, cfg.exchange.slow_answer_floor, cfg.http.not_modified_hold)
-        # A node joining with no checkpoint adopts the first peer model it gets (weight 1).
-        self.bootstrap_pending = bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
+        # A node joining with no checkpoint adopts a peer model its peers agree on (weight 1):
+        # daemon/bootstrap.py. Only a peer exchanges (a ps-worker takes the server's model).
+        self.boot = BootstrapState(bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
+                                   and cfg.node.role == "peer")
         self.bootstrapped_from: str | None = None
         #: distances measured at the last averages since training ended (consensus finish)
         self.recent_distances: collections.deque[float] = collections.deque(maxlen=CONSENSUS_WINDOW)
@@ -132,8 +136,8 @@ class Exchange:
 
     async def run(self) -> None:
         await self.clock.ready.wait()
-        if self.clock.resumed:
-            self.bootstrap_pending = False
+        if self.clock.resumed and self.boot.pending:
+            self.boot.settle("off")
         last = self.clock.step
         x = self.cfg.exchange
         # a round is exchange.peers_per_round fetches at once; with exchange.pipeline the next
@@ -152,10 +156,11 @@ class Exchange:
                     slots.release()
                     await asyncio.sleep(0.2)
                     continue
-                if self.bootstrap_pending:  # adopt exactly one model, before anything else
-                    chosen = [self.selector.choose(peers, self.round)]
-                    self.round += 1
-                    await self._round(chosen, slots)
+                if self.boot.pending:  # adopt exactly one model, before anything else
+                    try:
+                        await self.bootstrap(peers)
+                    finally:
+                        slots.release()
                     continue
                 chosen = self.selector.choose_many(peers, self.round, x.peers_per_round)
                 self.round += len(chosen)
@@ -189,8 +194,7 @@ class Exchange:
         rec = self.peers.setdefault(peer.node_id, PeerRecord(peer.addr))
         if rec.addr != peer.addr:  # moved: our replica may be of another life
             rec.addr, rec.version, rec.epoch = peer.addr, -1, ""
-        adopt = self.bootstrap_pending
-        query = "/v1/model" if adopt or rec.version < 0 else f"/v1/model?since={rec.version}&epoch={rec.epoch}"
+        query = "/v1/model" if rec.version < 0 else f"/v1/model?since={rec.version}&epoch={rec.epoch}"
         started = time.monotonic()
         try:
             resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)
@@ -217,11 +221,49 @@ class Exchange:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
         self.slow.useful(peer.node_id, latency)
-        rec.bytes_received += len(resp.body)
-        self.totals.bytes_received += len(resp.body)
-        self.metrics.bytes_received.inc(len(resp.body))
+        return await self._take(peer, rec, resp.body)
+
+    async def bootstrap(self, peers: list[Member]) -> None:
+        """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""
+        boot, x = self.boot, self.cfg.exchange
+        if len(peers) < 2 and time.monotonic() - boot.started < LONE_WAIT_S:
+            await asyncio.sleep(0.2)  # a second peer may be verified any moment: a vote needs two
+            return
+        self.follow_worker()
+        voters = random.sample(peers, min(VOTERS, len(peers)))
+        offers = await collect(self.client, voters, x.timeout, self.cfg.http.max_payload_bytes)
+        verdict = judge(offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
+        boot.votes += 1
+        if verdict.dissent:
+            log.warning("bootstrap: the models of %s agree with no other peer's; not taken (%s)",
+                        ", ".join(verdict.dissent), verdict.detail)
+        if verdict.chosen is None:
+            boot.detail = verdict.detail
+            if boot.votes >= MAX_VOTES:
+                log.warning("bootstrap: no start agreed after %d votes (%s); starting from this node's own model",
+                            boot.votes, verdict.detail)
+                boot.settle("own", verdict)
+            else:
+                await asyncio.sleep(RETRY_S)
+            return
+        offer = verdict.chosen
+        rec = self.peers.setdefault(offer.peer.node_id, PeerRecord(offer.peer.addr))
+        rec.addr, rec.version, rec.epoch = offer.peer.addr, -1, ""
+        if await self._take(offer.peer, rec, offer.body, adopt=True):
+            boot.settle("adopted" if verdict.agreed else "unchecked", verdict)
+            if not verdict.agreed:
+                log.warning("bootstrap: started from %s's model unchecked (%s)", offer.peer.node_id, verdict.detail)
+        elif boot.votes >= MAX_VOTES:  # our worker would not take it (another architecture...)
+            log.warning("bootstrap: no model taken after %d votes; starting from this node's own", boot.votes)
+            boot.settle("own")
+
+    async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False) -> bool:
+        """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome."""
+        rec.bytes_received += len(body)
+        self.totals.bytes_received += len(body)
+        self.metrics.bytes_received.inc(len(body))
         try:
-            applied = await self.worker.deliver(peer.node_id, resp.body, mode=ADOPT if adopt else AVERAGE)
+            applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE)
         except (TimeoutError, ConnectionError) as exc:
             # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
             # a skip that does not count against it.
@@ -260,7 +302,6 @@ class Exchange:
             self.recent_distances.append(applied.distance)
         if adopt:
             log.info("started from %s's model (version %d)", peer.node_id, applied.version)
-            self.bootstrap_pending = False
             self.bootstrapped_from = peer.node_id
         self._succeeded(peer, rec)
         self.totals.done += 1
@@ -325,5 +366,6 @@ class Exchange:
 
     def status(self) -> dict[str, Any]:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
+                "bootstrap": self.boot.status(),
                 "peers": {k: v.to_json() for k, v in self.peers.items()}, "consensus": self.consensus(),
                 "robust": {"rule": self.cfg.exchange.robust, "radius": self.clip_radius}}

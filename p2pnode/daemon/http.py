@@ -77,6 +77,9 @@ class HttpApi:
         self.pushes = PushPolicy(cfg.exchange.accept_pushes, pusher, self._count_rejected)
         #: pushed payloads the worker averaged in
         self.pushes_accepted = 0
+        #: while true, GET /v1/model answers 503: a fresh node whose start is not settled yet
+        #: serves no model, so its untrained one is nobody's start nor averaged in (daemon/bootstrap.py)
+        self.starting: Callable[[], bool] = lambda: False
 
     def _count_rejected(self, reason: str) -> None:
         self.metrics.rejected.labels(reason).inc()
@@ -140,6 +143,8 @@ class HttpApi:
         served = self.model.served
         if served is None:
             return error(503, "model not ready")
+        if self.starting():
+            return error(503, "starting: this node takes its peers' model first")
         result = served.serve_now(since, epoch)  # 304 or newest delta: no thread hop
         hold = self.cfg.http.not_modified_hold
         if result is not None and result.status == 304 and hold > 0:

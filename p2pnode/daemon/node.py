@@ -134,6 +134,7 @@ class Node:
             "served_model": self.supervisor.model.status(),
             "exchanges": ex["totals"],
             "bootstrapped_from": ex["bootstrapped_from"],
+            "bootstrap": ex["bootstrap"],
             "peers": ex["peers"],
             "consensus": ex["consensus"],
             "robust": ex["robust"],
@@ -248,6 +249,7 @@ class Node:
                                  self.node_id)
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
                            lambda: sup.state.worker_alive, self.membership.pusher)
+        self.api.starting = lambda: self.exchange is not None and self.exchange.boot.pending
         app = self.api.build_app(self.secret)
         if self.cfg.node.role == "ps":
             from p2pnode.ps.server import PsServer

@@ -1,0 +1,164 @@
+"""A fresh node's start from its peers' model, checked (``membership.bootstrap_from_peer``).
+
+A node joining with no checkpoint adopts a peer's public model whole (weight 1, no clipping:
+its own is an untrained start). Taken from one peer unchecked, that is the one exchange a
+hostile member could poison at will. So the start is a *vote* among up to ``VOTERS`` peers,
+each asked for a full snapshot at once:
+
+* a model that is not a valid snapshot (malformed, non-finite: the wire codec refuses both)
+  gets no say;
+* two models *agree* when ``||a - b|| / min(||a||, ||b||)`` is at most the radius beyond which
+  robust averaging refuses a peer outright (``exchange.clip_refuse`` x ``exchange.clip_max``,
+  1.0 by default: honest nodes are 0.004-0.27 apart, a sign-flipped model 2, a random one 1.4,
+  one scaled by 100 about 99, an all-zero one infinitely far);
+* the node adopts the model that agrees with the most others (the nearest of them on a tie),
+  if it agrees with at least one: one hostile peer among three, or one among two, cannot
+  choose the start. Peers that agree with nobody are named in the log and in status;
+* no two agree: no adoption this time; the vote is held again ``RETRY_S`` later (other peers
+  may answer, or the honest ones catch up), and after ``MAX_VOTES`` votes the node starts from
+  its own model (every node draws the same initial model from ``training.seed``), and robust
+  averaging takes it from there;
+* a single peer (none other verified within ``LONE_WAIT_S``): adopted unchecked, and status
+  says so (``bootstrap.checked`` false).
+
+Until its start is settled the node serves no model (``GET /v1/model`` answers 503, which its
+peers skip without counting it against it): an untrained model must not be anyone's start nor
+be averaged in. With ``exchange.robust = "none"`` models are only checked to be valid, and the
+first valid one is adopted, as before. Limits: two colluding peers serving the same poisoned
+model, or a majority of hostile voters, win the vote; the models are decoded here, in the
+daemon, so the vote holds up to ``VOTERS`` models in memory for a moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from p2pnode.membership.base import Member
+from p2pnode.net.client import PeerClient, PeerError
+from p2pnode.wire.codec import PayloadError, Snapshot, decode
+
+log = logging.getLogger("p2pnode.bootstrap")
+
+#: peers asked at once for their model
+VOTERS = 3
+#: seconds to wait for a second peer to be verified before adopting a lone one unchecked
+LONE_WAIT_S = 2.0
+#: votes without agreement before the node starts from its own model, and seconds between them
+MAX_VOTES = 3
+RETRY_S = 2.0
+
+
+@dataclass
+class Offer:
+    """One peer's answer to the vote: its snapshot's bytes and values, or why it has no say."""
+
+    peer: Member
+    body: bytes = b""
+    values: np.ndarray | None = None  #: every tensor, flat, float64
+    error: str = ""
+
+
+@dataclass
+class Verdict:
+    """The vote's outcome: the offer to adopt (None: no agreement), and who agreed with it."""
+
+    chosen: Offer | None
+    agreed: list[str] = field(default_factory=list)
+    dissent: list[str] = field(default_factory=list)  #: valid models that agreed with nobody
+    detail: str = ""
+
+
+def distance(a: np.ndarray, b: np.ndarray) -> float:
+    """||a - b|| relative to the smaller norm: a scaled-up model is as far as it looks."""
+    smaller = min(float(np.linalg.norm(a)), float(np.linalg.norm(b)))
+    gap = float(np.linalg.norm(a - b))
+    return gap / smaller if smaller > 0 else (0.0 if gap == 0 else math.inf)
+
+
+def flat_snapshot(body: bytes, max_bytes: int) -> np.ndarray:
+    """The values of a snapshot payload (PayloadError for anything else, non-finite included)."""
+    payload = decode(body, max_bytes=max_bytes)
+    if not isinstance(payload, Snapshot):
+        raise PayloadError("not a full snapshot")
+    return np.concatenate([np.asarray(payload.tensors[s.name], np.float64).ravel() for s in payload.header.specs])
+
+
+def judge(offers: list[Offer], radius: float) -> Verdict:
+    """Pick the start among valid offers (see the module's docstring)."""
+    valid = [o for o in offers if o.values is not None]
+    if not valid:
+        return Verdict(None, detail="no peer served a valid model: "
+                       + "; ".join(f"{o.peer.node_id}: {o.error}" for o in offers))
+    if len(valid) == 1:
+        return Verdict(valid[0], detail="one peer only: adopted unchecked")
+    if not math.isfinite(radius):  # exchange.robust = "none": the first valid one
+        return Verdict(valid[0], detail="not compared (exchange.robust = none)")
+    n = len(valid)
+    d = [[distance(valid[i].values, valid[j].values) if i != j else 0.0  # type: ignore[arg-type]
+          for j in range(n)] for i in range(n)]
+    agree = [[j for j in range(n) if j != i and d[i][j] <= radius] for i in range(n)]
+    best = max(range(n), key=lambda i: (len(agree[i]), -sum(d[i][j] for j in agree[i])))
+    dissent = [valid[i].peer.node_id for i in range(n) if not agree[i]]
+    pairs = ", ".join(f"{valid[i].peer.node_id}-{valid[j].peer.node_id} {d[i][j]:.3g}"
+                      for i in range(n) for j in range(i + 1, n))
+    if not agree[best]:
+        return Verdict(None, dissent=dissent, detail=f"no two models within {radius:g} of each other ({pairs})")
+    return Verdict(valid[best], agreed=[valid[j].peer.node_id for j in agree[best]], dissent=dissent,
+                   detail=f"distances {pairs}")
+
+
+async def collect(client: PeerClient, peers: list[Member], timeout: float, max_bytes: int) -> list[Offer]:
+    """Ask every peer for its full snapshot at once; decode each in a thread."""
+
+    async def one(peer: Member) -> Offer:
+        try:
+            resp = await client.request("GET", peer.addr, "/v1/model", timeout=timeout)
+        except PeerError as exc:
+            return Offer(peer, error=str(exc))
+        if resp.status != 200:
+            return Offer(peer, error=f"HTTP {resp.status}")
+        try:
+            values = await asyncio.to_thread(flat_snapshot, resp.body, max_bytes)
+        except PayloadError as exc:
+            return Offer(peer, error=str(exc)[:200])
+        return Offer(peer, resp.body, values)
+
+    return list(await asyncio.gather(*(one(p) for p in peers)))
+
+
+@dataclass
+class BootstrapState:
+    """Where the start stands, for status (``bootstrap``) and the exchange actor."""
+
+    pending: bool
+    #: "pending", "adopted" (agreed by other peers), "unchecked" (one peer only), "own" (no
+    #: agreement after MAX_VOTES votes: the node's own model), "off" (not asked, or resumed)
+    state: str = "pending"
+    source: str | None = None
+    agreed: list[str] = field(default_factory=list)
+    dissent: list[str] = field(default_factory=list)
+    votes: int = 0
+    detail: str = ""
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if not self.pending:
+            self.state = "off"
+
+    def settle(self, state: str, verdict: Verdict | None = None) -> None:
+        self.pending = False
+        self.state = state
+        if verdict is not None:
+            self.source = verdict.chosen.peer.node_id if verdict.chosen else None
+            self.agreed, self.dissent, self.detail = verdict.agreed, verdict.dissent, verdict.detail
+
+    def status(self) -> dict[str, Any]:
+        return {"state": self.state, "from": self.source, "checked": self.state == "adopted",
+                "agreed": self.agreed, "dissent": self.dissent, "votes": self.votes, "detail": self.detail}
