@@ -10,8 +10,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib.procs import children, cmdline, pid_alive, worker_pid
 from p2pnode.net.auth import sign
+from p2pnode.wire.codec import Snapshot, decode
 
-__all__ = ["children", "cmdline", "http_request", "metrics_text", "pid_alive", "sample_value", "worker_pid"]
+__all__ = ["children", "cmdline", "fetch_snapshot", "http_request", "metrics_text", "pid_alive", "sample_value",
+           "worker_pid"]
 
 
 def http_request(addr: str, method: str, path_qs: str, body: bytes | Iterable[bytes] = b"",
@@ -33,6 +35,15 @@ def http_request(addr: str, method: str, path_qs: str, body: bytes | Iterable[by
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
         conn.close()
+
+
+def fetch_snapshot(addr: str) -> tuple[bytes, Snapshot, str]:
+    """A node's public model as a full snapshot: its bytes, decoded, and its version header."""
+    status, headers, body = http_request(addr, "GET", "/v1/model")
+    assert status == 200 and headers["x-p2p-kind"] == "snapshot", (status, headers)
+    snap = decode(body)
+    assert isinstance(snap, Snapshot)
+    return body, snap, headers["x-p2p-version"]
 
 
 def metrics_text(addr: str) -> str:

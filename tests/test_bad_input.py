@@ -13,20 +13,12 @@ import numpy as np
 import pytest
 
 from nodes import STUB, wait_for
-from daemon_util import http_request, metrics_text, pid_alive, sample_value, worker_pid
-from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
+from daemon_util import fetch_snapshot, http_request, metrics_text, pid_alive, sample_value, worker_pid
+from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, encode
 
 LIMIT = 4 * 1024 * 1024  # far above one snapshot of the model, so only the big bodies hit it
 PEER = "feedfacecafebeef"
 REJECTED = "p2pnode_payloads_rejected_total"
-
-
-def fetch_snapshot(addr: str) -> tuple[bytes, Snapshot, str]:
-    status, headers, body = http_request(addr, "GET", "/v1/model")
-    assert status == 200 and headers["x-p2p-kind"] == "snapshot", (status, headers)
-    snap = decode(body)
-    assert isinstance(snap, Snapshot)
-    return body, snap, headers["x-p2p-version"]
 
 
 def post_model(addr: str, body: bytes, peer: str = PEER) -> tuple[int, bytes]:

@@ -9,22 +9,14 @@ import json
 import numpy as np
 import pytest
 
-from daemon_util import http_request, metrics_text, sample_value
+from daemon_util import fetch_snapshot, http_request, metrics_text, sample_value
 from nodes import STUB, wait_for
 from p2pnode.daemon.push import same_host
-from p2pnode.wire.codec import ModelSpec, Snapshot, decode, encode
+from p2pnode.wire.codec import ModelSpec, Snapshot, encode
 
 STRANGER = "feedfacecafebeef"
 REJECTED = "p2pnode_payloads_rejected_total"
 DONE = [*STUB, "--set", "training.max_samples=64"]
-
-
-def snapshot(addr: str) -> tuple[bytes, Snapshot, str]:
-    status, headers, body = http_request(addr, "GET", "/v1/model")
-    assert status == 200 and headers["x-p2p-kind"] == "snapshot", (status, headers)
-    snap = decode(body)
-    assert isinstance(snap, Snapshot)
-    return body, snap, headers["x-p2p-version"]
 
 
 def push(addr: str, peer: str, body: bytes) -> tuple[int, dict]:
@@ -38,7 +30,7 @@ def test_a_strangers_zero_model_is_refused_and_a_members_push_is_taken(cluster) 
     a = cluster("a", extra=DONE)
     a.wait_ready()
     wait_for(lambda: a.status()["training"]["done"], 30, "a's training to stop")
-    _, own, version = snapshot(a.addr)
+    _, own, version = fetch_snapshot(a.addr)
     spec = ModelSpec(own.header.fingerprint, list(own.header.specs))
     zeros = encode(Snapshot(spec.header("snapshot", STRANGER, "ep", 1),
                             {s.name: np.zeros(s.numel, np.float32) for s in spec.tensors}))
@@ -55,7 +47,7 @@ def test_a_strangers_zero_model_is_refused_and_a_members_push_is_taken(cluster) 
     pushes = a.status()["pushes"]
     assert pushes["accept"] == "members" and pushes["refused"] == 20 and pushes["accepted"] == 0, pushes
     assert pushes["last_refused"]["from"] == STRANGER, pushes
-    _, again, version_after = snapshot(a.addr)  # nothing changed: same version, bit for bit
+    _, again, version_after = fetch_snapshot(a.addr)  # nothing changed: same version, bit for bit
     assert version_after == version
     for name, values in own.tensors.items():
         assert np.array_equal(values, again.tensors[name]), f"{name} changed"
@@ -67,7 +59,7 @@ def test_a_strangers_zero_model_is_refused_and_a_members_push_is_taken(cluster) 
              "a to verify b")
     # (b serves no model until its start from a's is settled: 503 for the first moment)
     wait_for(lambda: http_request(b.addr, "GET", "/v1/model")[0] == 200, 20, "b to serve its model")
-    b_model, _, _ = snapshot(b.addr)
+    b_model, _, _ = fetch_snapshot(b.addr)
     status, reply = push(a.addr, b_id, b_model)
     assert status == 200 and reply["accepted"], reply
     assert a.status()["pushes"]["accepted"] == 1
