@@ -116,6 +116,11 @@ def run(args) -> dict:
     xhat = [flat(base).clone() for _ in range(n)]
     outer_v = [torch.zeros(dim) for _ in range(n)]
     corr = [torch.zeros(dim) for _ in range(n)]  # pi: integral of the averaging displacement
+    # scaffold: each node's control variate (its mean gradient over the last round), the running
+    # sum of this round's gradients, and its estimate of the network's mean control variate
+    c_loc = [torch.zeros(dim) for _ in range(n)]
+    g_sum = [torch.zeros(dim) for _ in range(n)]
+    c_net = [torch.zeros(dim) for _ in range(n)]
     anchor = [flat(base).clone() for _ in range(n)]  # round start (diloco / qgm-round)
     H = args.every
     mu = args.beta
@@ -131,9 +136,12 @@ def run(args) -> dict:
             if args.clip > 0:  # the daemon's training.grad_clip (without it dir0.1 is on the edge of blowing up)
                 g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
             x = flat(m)
-            if args.algo in ("base", "pi"):
+            if args.algo in ("base", "pi", "scaffold"):
                 if args.algo == "pi":
                     g = g + corr[i]
+                if args.algo == "scaffold":
+                    g_sum[i].add_(g)
+                    g = g + args.c_gain * (c_net[i] - c_loc[i])
                 mom[i].mul_(mu).add_(g)
                 x -= (args.inner_lr_scale * lr) * (g + mu * mom[i]) if args.nesterov else (args.inner_lr_scale * lr) * mom[i]
             elif args.algo == "qgm":  # QG-DSGDm: heavy ball with quasi-global buffer
@@ -176,6 +184,24 @@ def run(args) -> dict:
                     mom[i].zero_()
             for i in range(n):
                 set_flat(models[i], newx[i])
+            if args.algo == "scaffold":
+                # SCAFFOLD (Karimireddy et al. 2020, option I) over gossip: the local control
+                # variate is the round's mean gradient; the network's mean is either exact
+                # (an all-reduce of c, the idealised bound) or gossip-tracked with the same peer
+                # as the model (c_net_i <- mix + c_new_i - c_old_i, gradient tracking on c)
+                new_loc = [g_sum[i] / H for i in range(n)]
+                if args.c_mix == "exact":
+                    mean = sum(new_loc) / n
+                    c_net = [mean.clone() for _ in range(n)]
+                else:
+                    old_net = [c.clone() for c in c_net]
+                    for i in range(n):
+                        j = (i + 1) % n if args.selection == "ring" else (i + 2 ** (rnd % log2)) % n
+                        c_net[i] = (1 - args.w) * old_net[i] + args.w * old_net[j] + new_loc[i] - c_loc[i]
+                    bytes_sent += n * dim * 4 * (args.c_density if args.c_density < 1 else 1)
+                c_loc = new_loc
+                for i in range(n):
+                    g_sum[i].zero_()
             if args.algo == "pi":
                 # integral feedback: a node that averaging keeps pulling one way is drifting the
                 # other way; its correction grows until the pull is gone (EXTRA / PI consensus)
@@ -248,6 +274,9 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--pull", default="xhat", help="pi: xhat (public copies) or model")
     ap.add_argument("--clip", type=float, default=5.0, help="largest gradient norm of a local step (0: none)")
+    ap.add_argument("--c-mix", default="exact", help="scaffold: exact (all-reduce of c) or gossip")
+    ap.add_argument("--c-gain", type=float, default=1.0, help="scaffold: weight of the correction")
+    ap.add_argument("--c-density", type=float, default=1.0, help="scaffold: bytes counted for c (fraction)")
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-mom", type=float, default=0.9)
     ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
