@@ -2,11 +2,14 @@
 
 Fashion-MNIST comes from the Debian package ``dataset-fashion-mnist`` (gzipped IDX files in
 ``/usr/share/datasets/fashion-mnist``) or any folder holding the same four files, gzipped or
-not. They are unpacked once into ``<cache>/fashion-mnist-<key>/FashionMNIST/raw/`` so
-torchvision's reader takes them with ``download=False``: nothing is ever fetched from the network.
-The key names the source (its path and its files' sizes and times), so a node pointed at another
-folder never trains on files unpacked from an earlier one. CIFAR-10 is read by
-torchvision from a folder the user already has. ``synthetic`` is a small learnable set for tests.
+not. They are unpacked once into ``<cache>/fashion-mnist-<key>/FashionMNIST/raw/`` (torchvision's
+layout, so caches written before stay valid) and read from there with numpy: the IDX format is
+a header and raw bytes, and reading it here keeps torchvision (the ``vision`` extra) off a node
+that trains the built-in CNN, with the very tensors torchvision's reader gave. Nothing is ever
+fetched from the network. The key names the source (its path and its files' sizes and times),
+so a node pointed at another folder never trains on files unpacked from an earlier one.
+CIFAR-10 is read by torchvision from a folder the user already has. ``synthetic`` is a small
+learnable set for tests.
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import TensorDataset
+
+from p2pnode import extras
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 FASHION_FILES = (
@@ -82,7 +88,8 @@ def source_key(src: Path) -> str:
 
 
 def prepare_fashion_mnist(source: Path | None = None, cache: Path | None = None) -> Path:
-    """Unpack the IDX files where torchvision looks; returns the torchvision ``root``."""
+    """Unpack the IDX files into the source's cache entry; returns its root (the files are in
+    ``ROOT/FashionMNIST/raw/``, where torchvision's reader would look)."""
     src = _find_fashion_source(source)
     root = (cache or default_cache_dir()) / f"fashion-mnist-{source_key(src)}"
     raw = root / "FashionMNIST" / "raw"
@@ -101,20 +108,42 @@ def prepare_fashion_mnist(source: Path | None = None, cache: Path | None = None)
     return root
 
 
-def fashion_mnist(train: bool, source: Path | None = None, cache: Path | None = None) -> Split:
-    """Fashion-MNIST as normalised tensors, through torchvision's reader, offline."""
-    from torchvision.datasets import FashionMNIST
+def read_idx(path: Path, ndim: int) -> np.ndarray:
+    """An unsigned-byte IDX array (the MNIST format: 0, 0, type 0x08, ``ndim``, then ``ndim``
+    big-endian 32-bit sizes, then the bytes); raises DataError naming the file when it is not
+    one of ``ndim`` dimensions whose size matches its header."""
+    with open(path, "rb") as f:
+        head = f.read(4 + 4 * ndim)
+        if len(head) < 4 or head[:3] != b"\0\0\x08" or head[3] != ndim or len(head) < 4 + 4 * ndim:
+            raise DataError(f"{path}: not an unsigned-byte IDX file of {ndim} dimension(s)")
+        shape = tuple(int(d) for d in np.frombuffer(head, dtype=">u4", offset=4))
+        body = np.fromfile(f, dtype=np.uint8)
+    if body.size != int(np.prod(shape)):
+        raise DataError(f"{path}: {body.size} bytes of data, its header says {'x'.join(map(str, shape))}")
+    return body.reshape(shape)
 
-    root = prepare_fashion_mnist(source, cache)
-    ds = FashionMNIST(str(root), train=train, download=False)
-    images = ds.data.unsqueeze(1).float().div_(255.0).sub_(FASHION_MEAN).div_(FASHION_STD)
-    return Split(images.contiguous(), ds.targets.long().clone())
+
+def fashion_mnist(train: bool, source: Path | None = None, cache: Path | None = None) -> Split:
+    """Fashion-MNIST as normalised tensors, offline: uint8 images scaled to [0, 1] and
+    normalised by the training set's mean and std, float32 N x 1 x 28 x 28, int64 labels, in
+    the files' order (what torchvision's ``FashionMNIST`` reader gave; tests/test_cpu_only.py)."""
+    raw = prepare_fashion_mnist(source, cache) / "FashionMNIST" / "raw"
+    prefix = "train" if train else "t10k"
+    pixels = read_idx(raw / f"{prefix}-images-idx3-ubyte", 3)
+    labels = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1)
+    if pixels.shape[1:] != (28, 28) or pixels.shape[0] != labels.shape[0]:
+        raise DataError(f"{raw}: {prefix} images of shape {pixels.shape} do not match {labels.shape[0]} labels "
+                        "of 28x28 images")
+    if labels.size and int(labels.max()) >= 10:
+        raise DataError(f"{raw}: {prefix} label {int(labels.max())} is not one of Fashion-MNIST's 10 classes")
+    images = torch.from_numpy(pixels).unsqueeze(1).float().div_(255.0).sub_(FASHION_MEAN).div_(FASHION_STD)
+    return Split(images.contiguous(), torch.from_numpy(labels).long())
 
 
 def cifar10(train: bool, root: Path) -> Split:
-    """CIFAR-10 from a folder the user has (torchvision layout); never downloads."""
-    from torchvision.datasets import CIFAR10
-
+    """CIFAR-10 from a folder the user has (torchvision layout, read by torchvision: the
+    ``vision`` extra); never downloads."""
+    CIFAR10 = extras.torchvision("training.data = cifar10", DataError).datasets.CIFAR10
     try:
         ds = CIFAR10(str(root), train=train, download=False)
     except RuntimeError as exc:

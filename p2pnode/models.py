@@ -12,6 +12,7 @@ import hashlib
 import torch
 from torch import nn
 
+from p2pnode import extras
 from p2pnode.model_names import MODEL_INPUTS
 
 __all__ = ["MODEL_INPUTS", "SmallCNN", "build_model", "fingerprint"]
@@ -46,16 +47,16 @@ def build_model(name: str, num_classes: int = 10, in_channels: int | None = None
     """Build a freshly initialised model; raises ``ValueError`` for an unknown name.
 
     ``resnet18`` and the VGGs are torchvision's, adapted to 32x32 inputs (CIFAR-10), as the
-    paper trained VGG-19 on CIFAR-10.
+    paper trained VGG-19 on CIFAR-10. Only they import torchvision (the ``vision`` extra): the
+    small CNN trains on a node with PyTorch alone (p2pnode/extras.py).
     """
-    import torchvision.models as tvm
-
     if name not in MODEL_INPUTS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODEL_INPUTS)}")
     channels, size, _ = MODEL_INPUTS[name]
     channels = in_channels if in_channels is not None else channels
     if name == "cnn":
         return SmallCNN(channels, num_classes, size)
+    tvm = extras.torchvision(f"model {name!r}").models
     if name == "resnet18":
         model = tvm.resnet18(num_classes=num_classes)
         # 32x32 inputs: a 3x3 stem without the max-pool keeps spatial resolution.

@@ -10,7 +10,8 @@ Images are decoded one at a time by the worker's DataLoader, with the usual tran
 random resized crop and a horizontal flip for training (``augment = false``: resize and centre
 crop, as for evaluation), ImageNet's mean and standard deviation. The model is
 ``torchvision.models.get_model(model, num_classes=...)``, freshly initialised (no weights are
-downloaded). Settings, in ``[task]``:
+downloaded). torchvision is the ``vision`` extra: without it the task stops with one line
+saying to install ``p2pnode[vision]``. Settings, in ``[task]``:
 
 - ``model`` (``"resnet18"``): any name of ``torchvision.models.list_models(torchvision.models)``;
 - ``root``: the folder holding ``train`` and ``val``; or ``train_dir`` and ``test_dir``;
@@ -27,6 +28,7 @@ from typing import Any, Sequence
 
 from torch import nn
 
+from p2pnode import extras
 from p2pnode.tasks.base import ClassificationTask, TaskContext, TaskError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -53,9 +55,9 @@ class ImageFolderTask(ClassificationTask):
     """A torchvision classifier on two ImageFolder trees."""
 
     def __init__(self, ctx: TaskContext) -> None:
-        import torchvision
-        from torchvision import transforms as T
-        from torchvision.datasets import ImageFolder
+        torchvision = extras.torchvision("it", TaskError)
+        T = torchvision.transforms
+        ImageFolder = torchvision.datasets.ImageFolder
 
         self.model_name = ctx.setting("model", "resnet18")
         if self.model_name not in torchvision.models.list_models(torchvision.models):
@@ -85,8 +87,7 @@ class ImageFolderTask(ClassificationTask):
         self.name = f"imagefolder:{self.model_name}"
 
     def build_model(self) -> nn.Module:
-        import torchvision
-
+        torchvision = extras.torchvision("it", TaskError)
         return torchvision.models.get_model(self.model_name, weights=None, num_classes=self.num_classes)
 
     def train_data(self) -> Any:
