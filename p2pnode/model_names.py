@@ -1,7 +1,7 @@
 """The model names a node can train and the input each expects, torch-free.
 
 Configuration validation runs in the daemon, which never builds a model; keeping this table
-apart from :mod:`p2pnode.models` (torch, torchvision) keeps torch out of the daemon process.
+apart from :mod:`p2pnode.models` (torch; torchvision for some) keeps torch out of the daemon process.
 """
 
 from __future__ import annotations

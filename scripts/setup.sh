@@ -15,6 +15,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c
   echo "== installing p2pnode and its dependencies into .venv (first time: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # torch/torchvision: this kind of machine keeps wheels on disk that pip picks first.
+  # torchvision is the `vision` extra (p2pnode itself runs without it: README, "Installing");
+  # the test extra includes it, since the tests train resnet and imagefolder tasks too.
   .venv/bin/python -m pip install -q "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
   .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich"
