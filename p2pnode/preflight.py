@@ -2,7 +2,7 @@
 
 :func:`p2pnode.config.validate` judges values; this judges what they point at: files that must
 exist and load (secret, dashboard token, TLS certificate, key and CA), a state directory that
-can be written, a data set folder that exists, and a listen address that can be bound. Each failure is a :class:`ConfigError`
+can be written, a data set folder that exists, torchvision where the model needs it, and a listen address that can be bound. Each failure is a :class:`ConfigError`
 naming the key and the file or address, so the CLI prints one line and exits 2 — an exit code
 systemd's ``RestartPreventExitStatus=2`` does not restart, as no restart can fix it. Before this
 a missing secret file exited 1 ("No such file or directory", no name) and was restarted every
@@ -12,12 +12,14 @@ a missing secret file exited 1 ("No such file or directory", no name) and was re
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
 import socket
 import ssl
 from pathlib import Path
 
 from p2pnode.config import Config, ConfigError, parse_hostport
+from p2pnode.extras import VISION_HINT
 
 
 def _readable(key: str, path: str) -> Path:
@@ -72,6 +74,21 @@ def check_data(cfg: Config) -> None:
                           "apt-get install dataset-fashion-mnist, or set training.data_dir")
 
 
+def check_extras(cfg: Config) -> None:
+    """torchvision (the ``vision`` extra) is installed when the built-in task needs it: every
+    model but the small CNN. Looked up, not imported (the daemon stays torch-free); without
+    this a CPU-only node asked for resnet18 started, then its worker failed (exit 1)."""
+    t = cfg.training
+    if t.worker != "torch" or t.task not in ("", "builtin") or t.model == "cnn":
+        return
+    try:
+        found = importlib.util.find_spec("torchvision") is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a broken half-import
+        found = False
+    if not found:
+        raise ConfigError(f"training.model: {t.model} needs torchvision, which is not installed: {VISION_HINT}")
+
+
 def check_state_dir(cfg: Config) -> None:
     """The state directory, or the nearest folder that exists above it, must be writable."""
     path = Path(cfg.node.state_dir).absolute()
@@ -109,6 +126,7 @@ def check(cfg: Config) -> None:
 
     check_files(cfg)
     check_data(cfg)
+    check_extras(cfg)
     check_state_dir(cfg)
     check_listen(cfg)
     check_task(cfg)

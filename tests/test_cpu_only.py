@@ -158,3 +158,23 @@ def test_the_builtin_task_trains_without_torchvision(tmp_path: Path) -> None:
     assert errors["resnet18"].startswith("model 'resnet18' needs torchvision")
     assert errors["imagefolder"].startswith("task 'imagefolder': it needs torchvision")
     assert errors["cifar10"].startswith("training.data = cifar10 needs torchvision")
+
+
+START_WITHOUT_TORCHVISION = """
+import sys
+sys.modules["torchvision"] = None  # as if not installed: import fails, find_spec says None
+from p2pnode.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_start_refuses_a_model_that_needs_torchvision_with_exit_2(tmp_path: Path) -> None:
+    """Before anything is written, as every configuration error (p2pnode/preflight.py)."""
+    state = tmp_path / "state"
+    proc = subprocess.run([sys.executable, "-c", START_WITHOUT_TORCHVISION, "start", "--model", "resnet18",
+                           "--data", "synthetic", "--listen", "127.0.0.1:0", "--state-dir", str(state)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == ("p2pnode: config error: training.model: resnet18 needs torchvision, which is "
+                                   "not installed: install p2pnode[vision] (pip install 'p2pnode[vision]')")
+    assert not state.exists()
