@@ -38,7 +38,7 @@ def test_three_nodes_train_survive_kill_and_resume(cluster) -> None:
     first = {n.name: n.status()["training"] for n in nodes}
     for n in nodes:
         wait_for(lambda n=n: (t := n.status()["training"])["accuracy"] is not None and t["accuracy"] > 0.5
-                 and t["test_loss"] < 1.5, 40, f"{n.name} to learn")
+                 and t["test_loss"] < 1.5 and t["step"] > first[n.name]["step"], 40, f"{n.name} to learn")
     # loss falls: the latest evaluation beats chance level (ln 10 = 2.30) and the first figure seen
     for n in nodes:
         t = n.status()["training"]

@@ -154,6 +154,9 @@ class Worker:
             self.trainer.optimizer.state.clear()
             if self.outer is not None:
                 self.outer.restart(self.trainer.model)
+            # the whole adopted model published before the answer: the daemon serves it from then on
+            t = self.trainer
+            self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema, full=True)))
         elif self.outer is not None and not self.trainer.done:
             self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True

@@ -79,12 +79,15 @@ class DeltaPublisher:
         return encode(Snapshot(self._header("snapshot", self.version, step, loss), tensors))
 
     @torch.no_grad()
-    def publish(self, step: int, loss: float) -> bytes:
+    def publish(self, step: int, loss: float, full: bool = False) -> bytes:
+        """The next delta: the sparsifier's choice of x - x_hat, or with ``full`` every entry
+        (after adopting a peer's model, so x_hat is the model at once, not a few publishes on:
+        a public copy half old, half adopted is far from every peer's, an outlier to them)."""
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         current = floating_state(self.model)
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
-            idx = self.sparsifier.select(diff)
+            idx = torch.arange(diff.numel()) if full else self.sparsifier.select(diff)
             idx = idx[diff[idx] != 0]  # a top-k of a model that has not moved would send k zeros
             if idx.numel() == 0:
                 continue

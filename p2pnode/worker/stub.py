@@ -137,12 +137,13 @@ class StubWorker:
                         samples=self.samples, snapshot=self._payload("snapshot", self.version, None),
                         resumed=self.resumed, params=SPEC.numel))
 
-    def publish(self) -> None:
-        """q = top-k of x - x_hat per tensor; x_hat += q; send the encoded delta."""
+    def publish(self, full: bool = False) -> None:
+        """q = top-k of x - x_hat per tensor (every entry with ``full``: after an adoption);
+        x_hat += q; send the encoded delta."""
         entries = {}
         for name, xhat in self.xhat.items():
             diff = self.x[name] - xhat
-            k = max(1, int(diff.size * DENSITY))
+            k = diff.size if full else max(1, int(diff.size * DENSITY))
             idx = np.sort(np.argpartition(np.abs(diff), -k)[-k:]).astype(np.uint32)
             values = diff[idx]
             xhat[idx] += values
@@ -174,6 +175,8 @@ class StubWorker:
             x *= 1.0 - weight
             x += weight * replica.arrays[name]
         self.dirty = True
+        if msg.mode == ADOPT:  # the whole adopted model published before the answer, as the torch worker does
+            self.publish(full=True)
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
                           version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
