@@ -118,7 +118,8 @@ class HttpApi:
 
         def precheck(request: web.Request) -> web.Response | None:
             """From the headers alone: unsigned (401), then a push from a non-member (403)."""
-            return (unsigned(request) if unsigned else None) or self.pushes.precheck(request)
+            refusal = unsigned(request) if unsigned is not None else None
+            return refusal if refusal is not None else self.pushes.precheck(request)
 
         guard, self.rate_buckets, self.body_budget = guard_middleware(
             limits, self.body_limit, count, precheck, self.body_prefix_error)
