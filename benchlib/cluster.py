@@ -229,14 +229,15 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           timeout: float = 900.0, place: Place = loopback, kill_last_at: float = 0.0, restart_after: float = -1.0,
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
           on_start: Callable[[Cluster], Any] | None = None,
-          node_args: Callable[[int], Sequence[str]] | None = None) -> TrainResult:
+          node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
     (same state dir: it resumes from its checkpoint) that many seconds later, and wait for it too.
     ``progress(elapsed, statuses)`` is called after every poll (once a second); ``on_start(cluster)``
     once the nodes run (what it returns, if a context manager, is entered then and exited at the end);
-    ``node_args(i)``: more arguments for node i alone (after ``extra``)."""
+    ``node_args(i)``: more arguments for node i alone (after ``extra``); ``stagger`` > 0: node i is
+    started ``i * stagger`` seconds after node 0 (machines that come up at different times)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -246,11 +247,19 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     killed: int | None = None
     killed_at, restarted = 0.0, False
     start = time.monotonic()
-    with cluster, contextlib.ExitStack() as hooks:
+    pending = list(range(1, nodes)) if stagger > 0 else []
+    with contextlib.ExitStack() as hooks:
+        if pending:
+            hooks.callback(cluster.stop)
+            cluster.nodes[0].start()
+        else:
+            hooks.enter_context(cluster)
         hook = on_start(cluster) if on_start is not None else None
         if hook is not None and hasattr(hook, "__exit__"):
             hooks.enter_context(hook)
         while time.monotonic() - start < timeout:
+            while pending and time.monotonic() - start >= pending[0] * stagger:
+                cluster.nodes[pending.pop(0)].start()
             statuses = cluster.statuses()
             last.update({i: s for i, s in enumerate(statuses) if s is not None and i != killed})
             if progress is not None:

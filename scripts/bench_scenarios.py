@@ -142,19 +142,21 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     samples = args.p2p_samples or args.samples
     res: TrainResult = train(f"{sc.name}-{variant}", workdir, args.nodes, samples, extra, args.port,
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
-                             restart_after=2.0 if sc.kill else -1.0, on_start=slow_last)
+                             restart_after=2.0 if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger)
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
     fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == 3)]
     row = Row(sc.name, f"p2pnode {variant}", res.accuracies, sent, max(fast) if fast else res.max_train_s)
     if sc.straggler:
         slow = [r.train_seconds for r in res.rows if r.node == 3 and r.train_seconds is not None]
         row.note = f"fast nodes' time; node 3 took {slow[0]:.0f} s" if slow else ""
+    if args.stagger:
+        row.note = (row.note + "; " if row.note else "") + f"nodes started {args.stagger:.0f} s apart"
     if samples != args.samples:
         row.note = (row.note + "; " if row.note else "") + f"{samples} samples per node"
     if len(res.accuracies) < args.nodes:
         row.note = (row.note + "; " if row.note else "") + f"{len(res.accuracies)} of {args.nodes} checkpoints"
     append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,
-                              "settings": extra, **res.to_json(), "wire_sent": sent})
+                              "settings": extra, "stagger": args.stagger, **res.to_json(), "wire_sent": sent})
     return row
 
 
@@ -170,6 +172,8 @@ def main() -> int:
     ap.add_argument("--p2p-samples", type=int, default=0,
                     help="training samples per p2pnode node, if not --samples (said in the row's note)")
     ap.add_argument("--partition-seed", type=int, default=0)
+    ap.add_argument("--stagger", type=float, default=0.0,
+                    help="start p2pnode's node i this many seconds x i after node 0 (DDP cannot: its ranks wait)")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
     ap.add_argument("--timeout", type=float, default=900.0)
@@ -177,6 +181,8 @@ def main() -> int:
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_scenarios"))
     add_output_args(ap, SECTION)
     args = ap.parse_args()
+    if args.stagger and any(SCENARIOS[n].straggler for n in args.scenarios):
+        ap.error("--stagger with the straggler scenario: its slow node would not be running yet")
     workdir = Path(args.workdir)
     rows: list[Row] = []
     for _ in range(args.repeat):
