@@ -5,8 +5,23 @@ on the same small CNN, shards, batch size, momentum SGD and cosine schedule as
 As hivemind's documentation recommends for slow links, each worker applies its own optimizer
 step after every batch (``use_local_updates=True``) and the workers average their parameters
 every ``target_batch_size`` samples taken together (``average_every`` local steps per worker);
-peers find each other through hivemind's DHT (libp2p), rank 0 the first peer. Per-step records
-and the final models go to ``log_dir`` (``benchlib/steplog.py``), as for DDP.
+peers find each other through hivemind's DHT (libp2p), rank 0 the first peer.
+
+The learning rate follows p2pnode's recipe (a linear warm-up over ``warmup_samples``, then
+cosine) through hivemind's own ``scheduler=`` argument, which hivemind steps once per epoch
+(``target_batch_size``): ``Optimizer.param_groups`` hands out *copies* of the inner optimizer's
+groups, so setting ``lr`` on them (as this baseline first did) changed nothing and hivemind
+trained at lr 0.2 throughout, without warm-up; with no clipping either, a worker's local step
+could blow up, and parameter averaging then spread the NaN to every peer (the 300 Mbit/s run of
+the quick log). Gradients are clipped at ``grad_clip`` like p2pnode's (its default, 5).
+``matchmaking_time`` is 5 s, the top of hivemind's "3-5 s for small local runs", and a group is
+formed as soon as every worker has joined (``target_group_size``, a documented averager option):
+with local updates hivemind averages parameters in the background, but its next local step waits
+for that round (``delta_rule_averaging``), so without a target size every round stalled training
+for the whole matchmaking time. The averaging timeout is 15 s (its docs: about twice one
+all-reduce, here also covering matchmaking; one round of the CNN took ~1 s): at 30 s, a round
+that found no group (a peer an epoch behind or already done) stalled training for 30 s.
+Per-step records and the final models go to ``log_dir`` (``benchlib/steplog.py``), as for DDP.
 
 ``run_hivemind(HivemindRun(...), place)`` starts rank 0, reads its DHT address from its first
 output line, starts the others with it, and returns every rank's result dict (or ``failed``).
@@ -33,8 +48,10 @@ class HivemindRun:
     samples: int = 30000  #: training samples per worker
     lr: float = 0.2
     average_every: int = 16  #: local steps per worker between two parameter averages
-    matchmaking_time: float = 2.0  #: seconds hivemind waits to gather peers for an average
-    averaging_timeout: float = 30.0
+    matchmaking_time: float = 5.0  #: seconds hivemind waits to gather peers (its docs: 3-5 s, small local runs)
+    averaging_timeout: float = 15.0  #: its docs: ~2x one all-reduce; here it also covers the 5 s matchmaking
+    warmup_samples: int = 3200  #: per worker: the learning rate rises linearly over these (p2pnode's default)
+    grad_clip: float = 5.0  #: largest gradient norm of a local step (p2pnode's default; 0: none)
     log_dir: str = ""
     eval_every: int = 0
     partition: str = "iid"
@@ -112,8 +129,9 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
         dht=dht, run_id="p2pnode-experiment", batch_size_per_step=64,
         target_batch_size=64 * run.workers * run.average_every,
         optimizer=lambda params: torch.optim.SGD(params, lr=run.lr, momentum=0.9), params=model.parameters(),
+        scheduler=lambda inner: torch.optim.lr_scheduler.LambdaLR(inner, lambda epoch: lr_factor(run, epoch)),
         use_local_updates=True, matchmaking_time=run.matchmaking_time, averaging_timeout=run.averaging_timeout,
-        verbose=False)
+        averager_opts={"target_group_size": run.workers}, verbose=False)
     steplog = StepLog(run.log_dir, rank, run.eval_every, test)
     barrier(run, "ready", rank)  # a rank that started early would otherwise train alone
     gen = torch.Generator().manual_seed(rank + 1)
@@ -125,11 +143,11 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
             order, pos = torch.randperm(len(train), generator=gen), 0
         idx = order[pos:pos + 64]
         pos += 64
-        for g in opt.param_groups:
-            g["lr"] = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
         opt.zero_grad()
         loss = F.cross_entropy(model(train.images[idx]), train.labels[idx])
         loss.backward()
+        if run.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
         opt.step()
         steplog.step(step + 1, float(loss.detach()), model)
     seconds = time.monotonic() - start
@@ -140,6 +158,14 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
     dht.shutdown()
     return {"rank": rank, "seconds": seconds, "accuracy": accuracy, "steps": run.steps, "of_steps": run.steps,
             "epochs": int(opt.local_epoch), **asdict(run)}
+
+
+def lr_factor(run: HivemindRun, epoch: int) -> float:
+    """The learning rate over ``run.lr`` in hivemind epoch ``epoch`` (``average_every`` local
+    steps of each worker): linear warm-up over ``warmup_samples``, then cosine to 0 over the run."""
+    samples = 64 * run.average_every * epoch  # a worker's samples when the epoch begins
+    warm = min(1.0, (samples + 64 * run.average_every) / run.warmup_samples) if run.warmup_samples > 0 else 1.0
+    return warm * 0.5 * (1 + math.cos(math.pi * min(1.0, samples / max(1, run.samples))))
 
 
 def barrier(run: HivemindRun, name: str, rank: int, timeout: float = 600.0) -> None:

@@ -35,7 +35,8 @@ PAPER = {
     "train": {"decentralised": [86.7, 92.2, 95.3, 94.5], "parameter server": [96.7], "single": [96.5]},
     "test": {"decentralised": [79.9, 79.6, 79.8, 79.8], "parameter server": [79.5], "single": [83.8]},
 }
-NAMES = {"single": "single process", "ps": "parameter server (p2pnode ps)", "ddp": "DDP (gloo)",
+NAMES = {"single": "single process", "ps": "parameter server (p2pnode ps)",
+         "ps-m06": "parameter server, server momentum 0.6", "ddp": "DDP (gloo)",
          "hivemind": "hivemind", "p2p-paper": "p2pnode, the paper's settings", "p2p-defaults": "p2pnode defaults"}
 ORDER = list(NAMES)
 TARGETS = (0.85, 0.88)
@@ -108,8 +109,9 @@ def load(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Run]]:
         if kind == "meta":  # several when runs were appended (--append): the settings are the same
             commands.append(f"{rec.get('command', '?')}  # {rec.get('machine', '')}")
             meta = {**rec, "commands": commands, "systems": [*meta.get("systems", []), *rec.get("systems", [])]}
-        elif kind == "ratio":
-            ratio = rec
+        elif kind == "ratio":  # a later run given --ratio-rate keeps the measured arithmetic shown
+            if "ratio" in rec or "ratio" not in ratio:
+                ratio = rec
         elif kind == "sample":
             cond, _, system = rec["run"].partition("/")
             run = runs.setdefault(rec["run"], Run(rec["run"], system, cond))
@@ -190,7 +192,7 @@ def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) ->
                          secs(r.time_to(0.88)),
                          f"{r.result.get('wall', 0):.0f} s",
                          (f"{statistics.median(moved) / 1e6:.0f} MB ({', '.join(sorted(source))})" if moved else "-")
-                         + (f"; server {nodes[0]['bytes'] / 1e6:.0f} MB" if r.system == "ps" and moved else "")])
+                         + (f"; server {nodes[0]['bytes'] / 1e6:.0f} MB" if r.system.startswith("ps") and moved else "")])
     out.append("### Time to 85 % and 88 % test accuracy, and bytes per node\n\nTime from the first training step "
                "to the first periodic evaluation at or above the target (the mean over nodes of their latest "
                "evaluation; a parameter server's: the server's model). Bytes per node: the median node's link "
@@ -309,10 +311,15 @@ def last_line(failed: Any) -> str:
     return lines[-1][:300] if lines else ""
 
 
-def report(log: Path, out: Path, figdir: Path, command: str) -> str:
+def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None = None) -> str:
+    """Write the page; ``notes`` (markdown), when given and present, is its "Reading" section:
+    what a person concluded from these numbers, kept beside the log it reads."""
     meta, ratio, runs = load(log)
     made = figures(runs, figdir)
-    settings = meta.get("settings", {})
+    # what each run was given (its result record), over the last command's list
+    settings = {**meta.get("settings", {}), **{r.system: r.result["settings"] for r in runs.values()
+                                               if r.result.get("settings")}}
+    settings = {k: settings[k] for k in sorted(settings, key=lambda k: ORDER.index(k) if k in ORDER else 99)}
     parts = [
         "# Experiments: the paper's evaluation, reproduced\n",
         ("Generated from a log of `scripts/experiment.py` by `scripts/experiment_report.py`: do not edit by hand. "
@@ -325,9 +332,9 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
         f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
         f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN (421 642 parameters, "
         f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9, cosine schedule "
-        f"over its samples, gradient clipping at norm 5 in p2pnode's processes (single, PS, p2pnode: its default; none in "
-        f"DDP and hivemind), 1 torch thread a "
-        f"process (OMP_NUM_THREADS=1)\n"),
+        f"over its samples; gradient clipping at norm 5 and a linear learning-rate warm-up over 3200 samples in "
+        f"p2pnode's processes (single, PS, p2pnode: its defaults) and in hivemind (the same recipe), none in DDP; "
+        f"1 torch thread a process (OMP_NUM_THREADS=1)\n"),
         "## Settings of every system\n\n" + table(["system", "settings"],
                                                   [[NAMES.get(k, k), v] for k, v in settings.items()], "ll") + "\n",
     ]
@@ -355,6 +362,8 @@ def report(log: Path, out: Path, figdir: Path, command: str) -> str:
               if r.result and not r.result.get("ok", True)]
     if failed:
         parts.append("Runs that did not finish cleanly:\n\n" + "\n".join(failed) + "\n")
+    if notes is not None and notes.exists():
+        parts.append("## Reading\n\n" + notes.read_text().strip() + "\n")
     parts.append("## Figures\n")
     for path, caption in made:
         rel = os.path.relpath(path, out.parent)
@@ -371,13 +380,18 @@ def main() -> int:
     ap.add_argument("log", help="the JSON-lines log of scripts/experiment.py")
     ap.add_argument("--out", default=str(ROOT / "docs" / "EXPERIMENTS.md"))
     ap.add_argument("--figures", default=str(ROOT / "docs" / "experiments"))
+    ap.add_argument("--notes", default="", help="the page's Reading section (default: the log's name with "
+                    ".notes.md in place of .jsonl, when that file exists)")
     args = ap.parse_args()
     log = Path(args.log)
     shown = os.path.relpath(log, ROOT) if log.resolve().is_relative_to(ROOT) else str(log)
     command = f".venv/bin/python scripts/experiment_report.py {shown}"
     if Path(args.out).resolve() != (ROOT / "docs" / "EXPERIMENTS.md").resolve():
         command += f" --out {args.out} --figures {args.figures}"
-    report(log, Path(args.out), Path(args.figures), command)
+    notes = Path(args.notes) if args.notes else log.with_name(log.name.removesuffix(".jsonl") + ".notes.md")
+    if args.notes:
+        command += f" --notes {args.notes}"
+    report(log, Path(args.out), Path(args.figures), command, notes)
     print(f"wrote {args.out} and its figures in {args.figures}")
     return 0
 
