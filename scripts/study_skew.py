@@ -40,16 +40,32 @@ def set_flat(model: torch.nn.Module, vec: torch.Tensor) -> None:
             i += k
 
 
+#: --value-bits: the kept values rounded to this many bits (symmetric, one scale per tensor); 0: float32
+VALUE_BITS = 0
+
+
 def topk_per_tensor(diff: torch.Tensor, shapes: list[int], density: float) -> torch.Tensor:
     out = torch.zeros_like(diff)
     i = 0
     for k in shapes:
         seg = diff[i:i + k]
-        kk = max(1, int(k * density))
+        kk = max(1, int(k * density)) if density < 1 else k
         idx = seg.abs().topk(kk).indices
-        out[i + idx] = seg[idx]
+        vals = seg[idx]
+        if VALUE_BITS:
+            levels = 2 ** (VALUE_BITS - 1) - 1
+            scale = float(vals.abs().max()) / levels
+            if scale > 0:
+                vals = torch.round(vals / scale) * scale
+        out[i + idx] = vals
         i += k
     return out
+
+
+def wire_bytes(q: torch.Tensor) -> float:
+    """What the daemon's wire would carry: about a byte of delta-coded index per entry (lz4)
+    and the value's bytes."""
+    return float((q != 0).sum()) * (1 + (VALUE_BITS / 8 if VALUE_BITS else 4))
 
 
 def evaluate(model, test_x, test_y) -> float:
@@ -95,6 +111,7 @@ def run(args) -> dict:
 
     t0 = time.time()
     bytes_sent = 0.0
+    wire_sent = 0.0
     if args.algo == "ddp":
         model = base
         opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -121,6 +138,11 @@ def run(args) -> dict:
     c_loc = [torch.zeros(dim) for _ in range(n)]
     g_sum = [torch.zeros(dim) for _ in range(n)]
     c_net = [torch.zeros(dim) for _ in range(n)]
+    mhat = [torch.zeros(dim) for _ in range(n)]
+    log_prior = []
+    for y in ys:
+        counts = torch.bincount(y, minlength=10).float()
+        log_prior.append(torch.log((counts + args.prior_eps * counts.sum() / 10) / counts.sum()))  # --m-mix topk: public copies of the momentum buffers
     anchor = [flat(base).clone() for _ in range(n)]  # round start (diloco / qgm-round)
     H = args.every
     mu = args.beta
@@ -131,7 +153,12 @@ def run(args) -> dict:
             m = models[i]
             bx, by = batch(i)
             m.zero_grad()
-            F.cross_entropy(m(bx), by).backward()
+            logits = m(bx)
+            if args.logit_adjust:
+                # logit adjustment by the node's own label prior (Menon et al. 2021; FedLC, Zhang
+                # et al. 2022): the loss no longer pays a node for pushing down classes it lacks
+                logits = logits + args.logit_adjust * log_prior[i]
+            F.cross_entropy(logits, by).backward()
             g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
             if args.clip > 0:  # the daemon's training.grad_clip (without it dir0.1 is on the edge of blowing up)
                 g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
@@ -154,9 +181,10 @@ def run(args) -> dict:
         if (s + 1) % H == 0:
             # publish
             for i in range(n):
-                q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, args.density) if args.density < 1 else flat(models[i]) - xhat[i]
+                q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, args.density)
                 xhat[i] += q
                 bytes_sent += (q != 0).sum().item() * 8
+                wire_sent += wire_bytes(q)
             rnd = (s + 1) // H
             before = [flat(m) for m in models]
             newx = []
@@ -184,6 +212,20 @@ def run(args) -> dict:
                     mom[i].zero_()
             for i in range(n):
                 set_flat(models[i], newx[i])
+            if args.m_mix != "none":
+                # the momentum buffers averaged with the same peer as the model: each node's buffer
+                # is then (nearly) the network's, as in DDP, instead of a sum of its own gradients
+                if args.m_mix == "topk":
+                    for i in range(n):
+                        q = topk_per_tensor(mom[i] - mhat[i], shapes, args.m_density)
+                        mhat[i] += q
+                        bytes_sent += (q != 0).sum().item() * 8
+                src = mhat if args.m_mix == "topk" else [m.clone() for m in mom]
+                newm = []
+                for i in range(n):
+                    j = (i + 1) % n if args.selection == "ring" else (i + 2 ** (rnd % log2)) % n
+                    newm.append((1 - args.w) * mom[i] + args.w * src[j])
+                mom = newm
             if args.algo == "scaffold":
                 # SCAFFOLD (Karimireddy et al. 2020, option I) over gossip: the local control
                 # variate is the round's mean gradient; the network's mean is either exact
@@ -235,6 +277,7 @@ def run(args) -> dict:
                 q = topk_per_tensor(xs_[i] - xhat[i], shapes, args.density)
                 xhat[i] += q
                 bytes_sent += (q != 0).sum().item() * 8
+                wire_sent += wire_bytes(q)
             new = []
             for i in range(n):
                 j = (i + 2 ** (r % log2)) % n if args.selection != "ring" else (i + 1) % n
@@ -250,6 +293,7 @@ def run(args) -> dict:
     out["mean_model_acc"] = evaluate(models[0], test.images, test.labels)
     out["secs"] = time.time() - t0
     out["bytes_per_node"] = bytes_sent / n
+    out["wire_bytes_per_node"] = wire_sent / n
     return out
 
 
@@ -274,6 +318,11 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--pull", default="xhat", help="pi: xhat (public copies) or model")
     ap.add_argument("--clip", type=float, default=5.0, help="largest gradient norm of a local step (0: none)")
+    ap.add_argument("--logit-adjust", type=float, default=0.0, help="tau of the logit adjustment by the local prior (0: off)")
+    ap.add_argument("--prior-eps", type=float, default=0.01, help="smoothing of the local prior (share of a uniform class)")
+    ap.add_argument("--value-bits", type=int, default=0, help="published values rounded to this many bits (0: float32)")
+    ap.add_argument("--m-mix", default="none", help="momentum averaged with the peer: none, exact, topk")
+    ap.add_argument("--m-density", type=float, default=0.1, help="--m-mix topk: density of the momentum delta")
     ap.add_argument("--c-mix", default="exact", help="scaffold: exact (all-reduce of c) or gossip")
     ap.add_argument("--c-gain", type=float, default=1.0, help="scaffold: weight of the correction")
     ap.add_argument("--c-density", type=float, default=1.0, help="scaffold: bytes counted for c (fraction)")
@@ -281,6 +330,8 @@ def main() -> None:
     ap.add_argument("--outer-mom", type=float, default=0.9)
     ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
     args = ap.parse_args()
+    global VALUE_BITS
+    VALUE_BITS = args.value_bits
     res = run(args)
     res["args"] = vars(args)
     line = json.dumps(res)
