@@ -192,8 +192,9 @@ class CompressionConfig(Table):
     publish: str = "topk:density=0.1"
     #: publish after every this many local steps (best equal to exchange.every)
     publish_every: Positive = 4
-    #: "float32" or "float16" values on the wire
-    value_dtype: Literal["float32", "float16"] = "float32"
+    #: "float32", "float16" or "int8" values on the wire (int8: one power-of-two scale per tensor and
+    #: delta, ~2 bytes an entry with its index; snapshots stay float32)
+    value_dtype: Literal["float32", "float16", "int8"] = "float32"
     #: published versions kept for sparse deltas; older requesters get a snapshot
     log_size: Positive = 64
 

@@ -39,7 +39,11 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 TENSOR_DTYPES: dict[str, np.dtype] = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float32),
                                       "bfloat16": np.dtype(np.float32)}
 #: Wire encodings of float values ("vdt" field). Decoded values are always float32.
-VALUE_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+VALUE_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "int8": np.dtype("i1")}
+#: int8 values are k * 2**e per tensor entry (|k| <= 127, e in this range): a power-of-two
+#: scale, so k * 2**e is exact in float32 and the encoder recovers k and e from the values alone
+INT8_LEVELS = 127
+INT8_EXPONENTS = (-126, 120)
 #: Index gap widths in bytes ("w" field of a delta entry).
 INDEX_WIDTHS: dict[int, np.dtype] = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4")}
 
@@ -52,6 +56,7 @@ _COMMON_KEYS = frozenset(
 )
 _DELTA_KEYS = _COMMON_KEYS | {"op"}
 _ENTRY_KEYS = frozenset({"t", "n", "w", "z", "i", "v"})
+_INT8_ENTRY_KEYS = _ENTRY_KEYS | {"e"}  # int8 values: the entry's power-of-two exponent
 
 
 class PayloadError(ValueError):
@@ -175,6 +180,46 @@ Payload = Union[Snapshot, Delta]
 # ---------------------------------------------------------------------------------- encode
 
 
+def int8_exponent(maxabs: float) -> int:
+    """The least e with maxabs / 2**e <= 127: the scale of an int8 entry whose largest value
+    is ``maxabs``. Rounding keeps the largest |k| in [64, 127], so the values rounded with it
+    give this same e again (what the encoder relies on)."""
+    e = math.frexp(maxabs / INT8_LEVELS)[1]  # maxabs/127 = m * 2**e, 0.5 <= m < 1: 2**(e-1) <= it < 2**e
+    while e > INT8_EXPONENTS[0] and math.ldexp(maxabs, -(e - 1)) <= INT8_LEVELS:
+        e -= 1
+    while math.ldexp(maxabs, -e) > INT8_LEVELS:
+        e += 1
+    return e
+
+
+def round_int8(values: np.ndarray) -> np.ndarray:
+    """Values rounded to what an int8 entry carries (k * 2**e, float32): who keeps x_hat adds
+    these, so that sender and receivers stay bit-equal. An entry too small for the exponent
+    range rounds to zeros."""
+    a = np.asarray(values, dtype=np.float32)
+    maxabs = float(np.abs(a).max()) if a.size else 0.0
+    if maxabs == 0.0 or not math.isfinite(maxabs):
+        return np.zeros_like(a) if maxabs == 0.0 else a
+    e = int8_exponent(maxabs)
+    if e < INT8_EXPONENTS[0] or e > INT8_EXPONENTS[1]:
+        return np.zeros_like(a)
+    return np.ldexp(np.rint(np.ldexp(a, -e)), e).astype(np.float32)
+
+
+def _int8_entry(name: str, values: Any, count: int) -> tuple[bytes, int]:
+    a = np.asarray(values, dtype=np.float32).reshape(-1)
+    if a.size != count:
+        raise ValueError(f"{name}: {a.size} values, expected {count}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name}: non-finite values")
+    maxabs = float(np.abs(a).max()) if a.size else 0.0
+    e = int8_exponent(maxabs) if maxabs else 0
+    k = np.ldexp(a, -e)
+    if not INT8_EXPONENTS[0] <= e <= INT8_EXPONENTS[1] or (k != np.rint(k)).any():
+        raise ValueError(f"{name}: values not rounded for int8 (round_int8 first)")
+    return k.astype(np.int8).tobytes(), e
+
+
 def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
     a = np.asarray(values, dtype=np.float32).reshape(-1)
     if a.size != count:
@@ -214,8 +259,10 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
     h = payload.header
     if value_dtype not in VALUE_DTYPES:
         raise ValueError(f"unknown value dtype {value_dtype!r}")
-    vdt = VALUE_DTYPES[value_dtype]
     kind = "snapshot" if isinstance(payload, Snapshot) else "delta"
+    if kind == "snapshot" and value_dtype == "int8":
+        value_dtype = "float32"  # a snapshot is x_hat itself: exact (int8 is for deltas only)
+    vdt = VALUE_DTYPES[value_dtype]
     if math.isinf(h.loss):
         raise ValueError("infinite loss")
     if h.kind != kind:
@@ -248,7 +295,10 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
                 if np.asarray(vals).size:
                     raise ValueError(f"{s.name}: values without indices")
                 continue
-            entry["v"] = _values_bytes(s.name, vals, entry["n"], vdt)
+            if value_dtype == "int8":
+                entry["v"], entry["e"] = _int8_entry(s.name, vals, entry["n"])
+            else:
+                entry["v"] = _values_bytes(s.name, vals, entry["n"], vdt)
             data.append(entry)
         obj["data"] = data
     return msgpack.packb(obj, use_bin_type=True)
@@ -397,6 +447,8 @@ def decode(data: bytes, expect: ModelSpec | None = None,
     if not isinstance(raw_data, list):
         raise PayloadError("bad data field")
     if kind == "snapshot":
+        if vdt_name == "int8":
+            raise PayloadError("int8 values in a snapshot")
         if len(raw_data) != len(specs):
             raise PayloadError("tensor count does not match specs")
         tensors = {s.name: _values(s.name, b, s.numel, vdt) for s, b in zip(specs, raw_data)}
@@ -405,11 +457,14 @@ def decode(data: bytes, expect: ModelSpec | None = None,
     entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     last = -1
     for e in raw_data:
-        if not isinstance(e, dict) or set(e) != _ENTRY_KEYS:
+        if not isinstance(e, dict) or set(e) != (_INT8_ENTRY_KEYS if vdt_name == "int8" else _ENTRY_KEYS):
             raise PayloadError("bad delta entry")
         t = _int(e, "t", last + 1, len(specs) - 1)  # increasing: no tensor twice
         last = t
         s = specs[t]
         idx = _indices(s.name, e, s.numel)
-        entries[s.name] = (idx, _values(s.name, e["v"], idx.size, vdt))
+        vals = _values(s.name, e["v"], idx.size, vdt)
+        if vdt_name == "int8":
+            vals = np.ldexp(vals, _int(e, "e", *INT8_EXPONENTS)).astype(np.float32)
+        entries[s.name] = (idx, vals)
     return Delta(header, entries)

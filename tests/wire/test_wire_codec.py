@@ -17,6 +17,7 @@ from p2pnode.wire.codec import (
     TensorSpec,
     decode,
     encode,
+    round_int8,
 )
 
 SPEC = ModelSpec("fp0", [TensorSpec("w", (40, 30)), TensorSpec("b", (30,)),
@@ -102,6 +103,45 @@ def test_float16_values_flagged_and_smaller() -> None:
         got = out.entries[name][1]
         assert got.dtype == np.float32
         assert np.array_equal(got, vals.astype(np.float16).astype(np.float32))
+
+
+def test_int8_values_round_trip_exactly_and_smaller() -> None:
+    d = sample_delta()
+    rounded = delta({k: (i, round_int8(v)) for k, (i, v) in d.entries.items()})
+    b32, b8 = encode(rounded), encode(rounded, "int8")
+    assert raw(b8)["vdt"] == "int8" and all("e" in e for e in raw(b8)["data"])
+    assert len(b8) < len(b32) - 3 * 350 + 100  # 3 bytes less a value, a few for the exponents
+    out = decode(b8, SPEC)
+    for name, (_, vals) in rounded.entries.items():
+        got = out.entries[name][1]
+        assert got.dtype == np.float32 and np.array_equal(got, vals)  # bit-equal: replicas stay in step
+        orig = d.entries[name][1]
+        assert np.abs(got - orig).max() <= np.abs(orig).max() / 127  # within half a step of 2**e <= max/127*2
+
+
+def test_int8_needs_rounded_values_and_never_carries_a_snapshot() -> None:
+    with pytest.raises(ValueError, match="round_int8"):
+        encode(sample_delta(), "int8")  # unrounded values would leave the sender's x_hat out of step
+    snap = snapshot()
+    out = decode(encode(snap, "int8"), SPEC, max_bytes=10**7)  # a snapshot stays exact
+    assert out.header.value_dtype == "float32"
+    assert all(np.array_equal(out.tensors[k], v) for k, v in snap.tensors.items())
+    obj = raw(encode(snap))
+    obj["vdt"] = "int8"
+    with pytest.raises(PayloadError, match="snapshot"):
+        decode(repack(obj), SPEC, max_bytes=10**7)
+
+
+def test_int8_entry_without_its_exponent_refused() -> None:
+    d = sample_delta()
+    obj = raw(encode(delta({k: (i, round_int8(v)) for k, (i, v) in d.entries.items()}), "int8"))
+    del obj["data"][0]["e"]
+    with pytest.raises(PayloadError):
+        decode(repack(obj), SPEC)
+    obj = raw(encode(d))  # float32 entries with an exponent: not ours either
+    obj["data"][0]["e"] = 3
+    with pytest.raises(PayloadError):
+        decode(repack(obj), SPEC)
 
 
 def test_float16_overflow_refused_by_encoder() -> None:

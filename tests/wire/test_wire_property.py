@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from p2pnode.wire.codec import round_int8
 from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
 from p2pnode.wire.replica import Replica, ReplicaCache
 from p2pnode.wire.served import ServedModel
@@ -76,7 +77,10 @@ def test_served_payloads_rebuild_x_hat_exactly(spec: ModelSpec, log_size: int,
                 entries[s.name] = (idx, vals.astype(np.float32))
             hdr = spec.header("delta", NODE, epoch, version + 1, base_version=version,
                               loss=float(b), step=version + 1)
-            data = encode(Delta(hdr, entries), "float16" if a % 3 == 0 else "float32")
+            vdt = "float16" if a % 3 == 0 else "int8" if a % 3 == 1 else "float32"
+            if vdt == "int8":  # the publisher rounds first (one power-of-two scale an entry)
+                entries = {k: (i, round_int8(v)) for k, (i, v) in entries.items()}
+            data = encode(Delta(hdr, entries), vdt)
             decoded = decode(data, spec)
             for name, (idx, vals) in decoded.entries.items():  # the worker applies decoded q
                 x[name][idx] += vals
