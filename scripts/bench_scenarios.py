@@ -89,6 +89,12 @@ VARIANTS: dict[str, list[str]] = {
                     "--set", "compression.publish_every=2"],
     "int8-every1": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=1",
                     "--set", "compression.publish_every=1"],
+    # the same on a ring: every fetch is the single newest delta, served as published (int8 kept;
+    # the exponential graph's fetches two publishes behind are merged into a float32 "set" delta)
+    "int8-ring-every2": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=2",
+                         "--set", "compression.publish_every=2", "--set", "exchange.peer_selection=ring"],
+    "int8-ring-every1": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=1",
+                         "--set", "compression.publish_every=1", "--set", "exchange.peer_selection=ring"],
     # SlowMo-like: no inner momentum, the outer Nesterov step on every exchange's pseudo-gradient
     "slowmo": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0"],
     "slowmo-fp16": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0",
