@@ -194,7 +194,9 @@ class Exchange:
         rec = self.peers.setdefault(peer.node_id, PeerRecord(peer.addr))
         if rec.addr != peer.addr:  # moved: our replica may be of another life
             rec.addr, rec.version, rec.epoch = peer.addr, -1, ""
-        query = "/v1/model" if rec.version < 0 else f"/v1/model?since={rec.version}&epoch={rec.epoch}"
+        # chain=1: several publishes behind, the deltas as published if smaller than one merged
+        # float32 "set" delta (float16 / int8 values stay so); our worker splits them
+        query = "/v1/model" if rec.version < 0 else f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1"
         started = time.monotonic()
         try:
             resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)

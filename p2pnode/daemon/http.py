@@ -157,7 +157,7 @@ class HttpApi:
                 return error(503, "model not ready")
             result = served.serve_now(since, epoch)
         if result is None:
-            result = await asyncio.to_thread(served.serve, since, epoch)
+            result = await asyncio.to_thread(served.serve, since, epoch, request.query.get("chain") == "1")
         if result.status == 503:
             return error(503, "nothing published yet")
         if result.kind == "snapshot" and self.snapshot_buckets.take(request.remote or "?") > 0:

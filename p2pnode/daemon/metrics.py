@@ -29,7 +29,7 @@ EXCHANGE_RESULTS = ("ok", "not_modified", "unavailable", "local", "resync", "tim
 REJECT_REASONS = (*REFUSAL_REASONS, "bad-request", "unauthorized", "replayed", "rate-limited", "busy", "slow-body",
                   "not-member")
 #: every ``kind`` of p2pnode_model_requests_total
-REQUEST_KINDS = ("snapshot", "delta", "not_modified")
+REQUEST_KINDS = ("snapshot", "delta", "chain", "not_modified")
 #: p2pnode_training_diverging turns 1 at this many non-finite losses (each a restore of the
 #: model and a halved step size) within DIVERGING_WINDOW seconds: a worker that keeps restoring
 DIVERGING_LOSSES = 10

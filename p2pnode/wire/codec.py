@@ -384,6 +384,39 @@ def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
     return idx.astype(np.int64)
 
 
+#: most payloads one answer may chain (``GET /v1/model?chain=1``: the deltas since ``since``)
+MAX_CHAIN = 64
+
+
+def split_chain(data: bytes, max_parts: int = MAX_CHAIN) -> list[bytes]:
+    """The payloads of a chained answer, in order: encoded payloads back to back (msgpack
+    objects delimit themselves). One payload gives a list of one. Only the framing is read
+    here, under the same size limits as :func:`decode`; each part is decoded and validated by
+    it after. Raises :class:`PayloadError` on anything else."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise PayloadError("payload is not bytes")
+    unpacker = msgpack.Unpacker(
+        raw=False, strict_map_key=True, max_buffer_size=max(1, len(data)), max_bin_len=len(data),
+        max_str_len=min(len(data), 1 << 16), max_array_len=min(len(data), 1 << 20),
+        max_map_len=64, max_ext_len=0)
+    unpacker.feed(data)
+    parts: list[bytes] = []
+    start = 0
+    while start < len(data):
+        if len(parts) == max_parts:
+            raise PayloadError(f"more than {max_parts} payloads in one answer")
+        try:
+            unpacker.skip()
+        except Exception as exc:
+            raise PayloadError(f"not a msgpack payload ({type(exc).__name__})") from None
+        end = unpacker.tell()
+        parts.append(bytes(data[start:end]))
+        start = end
+    if not parts:
+        raise PayloadError("empty payload")
+    return parts
+
+
 def decode(data: bytes, expect: ModelSpec | None = None,
            max_bytes: int = DEFAULT_MAX_BYTES) -> Payload:
     """Decode and fully validate a payload; raise :class:`PayloadError` on anything wrong.

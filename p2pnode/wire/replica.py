@@ -31,6 +31,7 @@ from p2pnode.wire.codec import (
     decode,
     mismatch,
     encode,
+    split_chain,
 )
 
 
@@ -129,18 +130,32 @@ class ReplicaCache:
     def apply(self, node_id: str, data: bytes, expect: ModelSpec,
               max_bytes: int = DEFAULT_MAX_BYTES) -> Replica:
         """Decode ``data`` from peer ``node_id`` and apply it; on any error (PayloadError and
-        subclasses) the cache is unchanged."""
-        payload = decode(data, expect, max_bytes)
-        if payload.header.node_id != node_id:
+        subclasses) the cache is unchanged. ``data`` may be a chain (``?chain=1``): deltas back
+        to back, each from the version the one before it reached; all are decoded and checked
+        to follow on before the first is applied."""
+        if len(data) > max_bytes:
+            raise PayloadError(f"payload too large ({len(data)} > {max_bytes} bytes)")
+        payloads = [decode(part, expect, max_bytes) for part in split_chain(data)]
+        first = payloads[0]
+        for before, after in zip(payloads, payloads[1:]):
+            if not isinstance(after, Delta) or after.header.epoch != before.header.epoch \
+                    or after.header.base_version != before.header.version:
+                raise PayloadError("chained deltas do not follow on")
+        if any(p.header.node_id != node_id for p in payloads):
             raise PayloadError("payload of another node")
         replica = self._replicas.get(node_id)
-        if isinstance(payload, Snapshot):
+        if isinstance(first, Snapshot):
             replica = Replica(expect, node_id)  # the old one stays intact until this works
         elif replica is None:
             raise ReplicaGap("no replica of this peer")
         elif replica.spec != expect:
             raise ArchitectureMismatch("replica kept for another model")
-        replica.apply(payload, validate=False)
+        elif first.header.epoch != replica.epoch or first.header.base_version != replica.version:
+            # Replica.apply would refuse it too, but only after nothing was applied: say it here
+            # so that a chain never leaves the replica half way
+            replica.apply(first, validate=False)  # raises ReplicaGap
+        for payload in payloads:
+            replica.apply(payload, validate=False)
         self._replicas[node_id] = replica
         self._replicas.move_to_end(node_id)
         while len(self._replicas) > self.max_replicas:

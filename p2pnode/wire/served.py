@@ -11,7 +11,9 @@ worker. Three answers, cheapest first:
 * ``since`` older but still in the log: one merged delta with **set** semantics: the union of
   the indices touched since ``since`` carrying the *current* x̂ values there. A summed ("add")
   merge would round differently from the one-by-one additions the server made; setting the
-  current values makes every replica bit-equal to x̂, at the same size;
+  current values makes every replica bit-equal to x̂, at the same size. Its values are float32:
+  with ``chain`` asked for (``?chain=1``) and the deltas as published (back to back) smaller,
+  those are served instead, each in its own value type (float16 or int8 kept);
 * anything else (no/unknown/too old ``since``, other epoch): a full snapshot, cached per version,
   and with ``snapshot_max_age`` > 0 (the daemon's choice) kept for that long across newer
   versions while its version is still in the log: a replica built from it is brought up to
@@ -34,6 +36,7 @@ from itertools import islice
 import numpy as np
 
 from p2pnode.wire.codec import (
+    MAX_CHAIN,
     Delta,
     ModelSpec,
     PayloadError,
@@ -201,8 +204,8 @@ class ServedModel:
             return ServeResult(200, self._log[-1].data, "delta", v)
         return None
 
-    def serve(self, since: int | None, epoch: str | None) -> ServeResult:
-        """The answer to ``GET /v1/model?since=&epoch=`` (see module docstring)."""
+    def serve(self, since: int | None, epoch: str | None, chain: bool = False) -> ServeResult:
+        """The answer to ``GET /v1/model?since=&epoch=[&chain=1]`` (see module docstring)."""
         with self._lock:
             cheap = self._serve_cheap(since, epoch)
             if cheap is not None:
@@ -211,7 +214,13 @@ class ServedModel:
             if since is not None and epoch == self._epoch:
                 oldest_base = self._log[0].version - 1 if self._log else v
                 if oldest_base <= since < v:
-                    return ServeResult(200, self._merged_since(since), "delta", v)
+                    merged = self._merged_since(since)
+                    if chain and v - since <= MAX_CHAIN:
+                        start = since - oldest_base  # first entry with version > since
+                        chained = b"".join(e.data for e in islice(self._log, start, None))
+                        if len(chained) < len(merged):
+                            return ServeResult(200, chained, "chain", v)
+                    return ServeResult(200, merged, "delta", v)
             if self._snapshot is None or (self._snapshot[0] != v and not self._reusable(self._snapshot[0])):
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,
                                           base_version=-1, step=self._step, loss=self._loss)

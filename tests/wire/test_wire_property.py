@@ -96,7 +96,7 @@ def test_served_payloads_rebuild_x_hat_exactly(spec: ModelSpec, log_size: int,
         elif op == "follow":
             held = follower.get(NODE)
             asked = (held.epoch, held.version) if held is not None else None
-            res = pub.serve(asked[1] if asked else None, asked[0] if asked else None)
+            res = pub.serve(asked[1] if asked else None, asked[0] if asked else None, chain=a % 2 == 0)
             if res.status == 304:
                 assert asked == (epoch, version)
             else:
