@@ -75,3 +75,15 @@ def test_report_refuses_nothing_silently_on_a_log_without_results(tmp_path: Path
     log.write_text("\n".join(line for line in LOG.read_text().splitlines() if '"kind": "result"' not in line) + "\n")
     text = rep.report(log, tmp_path / "out.md", tmp_path / "f", "CMD")
     assert "### Table I" in text and "| - | - |" in text
+
+
+def test_a_notes_file_becomes_the_reading_section(tmp_path: Path) -> None:
+    """A person's reading of the numbers (LOG.notes.md beside the log) is printed as its own
+    section before the figures; without one the page has no such section."""
+    rep = _module()
+    notes = tmp_path / "notes.md"
+    notes.write_text("The goals held at the ratio cap; the server diverged.\n")
+    text = rep.report(LOG, tmp_path / "a.md", tmp_path / "f", "CMD", notes)
+    assert "## Reading\n\nThe goals held at the ratio cap; the server diverged.\n" in text
+    assert text.index("## Goals of issue 11") < text.index("## Reading") < text.index("## Figures")
+    assert "## Reading" not in rep.report(LOG, tmp_path / "b.md", tmp_path / "f", "CMD", tmp_path / "none.md")
