@@ -18,7 +18,7 @@ images. Everything goes to one JSON-lines log (``--jsonl``); ``scripts/experimen
 turns it into docs/EXPERIMENTS.md with the paper's tables side by side and the figures.
 
     sudo .venv/bin/python scripts/experiment.py --quick          # under 10 minutes
-    sudo .venv/bin/python scripts/experiment.py                  # the full run (two capped conditions: ~58 min on 2 shared cores)
+    sudo .venv/bin/python scripts/experiment.py                  # the full run (its capped conditions alone took ~58 min on 2 shared cores)
 
 Needs root for the namespaces (without it, only ``--conditions loopback`` runs).
 """
