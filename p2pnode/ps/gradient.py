@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from p2pnode.wire.codec import Delta, ModelSpec, PayloadError, decode, encode, round_int8
+from p2pnode.wire.codec import Delta, ModelSpec, PayloadError, decode, encode, round_for_wire
 
 
 def encode_gradient(changes: dict[str, torch.Tensor], spec: ModelSpec, node_id: str, epoch: str,
@@ -32,14 +32,12 @@ def encode_gradient(changes: dict[str, torch.Tensor], spec: ModelSpec, node_id: 
         idx = torch.nonzero(flat, as_tuple=False).reshape(-1)
         if idx.numel() == 0:
             continue
-        values = flat[idx].numpy()
-        if value_dtype == "int8":  # no x_hat to keep in step here: round for the wire and go
-            values = round_int8(values)
-            keep = values != 0
-            idx, values = idx[torch.from_numpy(keep)], values[keep]
-            if idx.numel() == 0:
+        idx_np, values = idx.numpy(), flat[idx].numpy()
+        if value_dtype == "int8":  # the encoder takes only rounded int8 values (no x_hat here)
+            idx_np, values = round_for_wire(idx_np, values, value_dtype)
+            if idx_np.size == 0:
                 continue
-        entries[name] = (idx.numpy().astype(np.uint32), values)
+        entries[name] = (idx_np.astype(np.uint32), values)
     base = max(0, base_version)
     header = spec.header("delta", node_id, epoch, base + 1, base_version=base, step=step,
                          loss=loss if np.isfinite(loss) else -1.0)

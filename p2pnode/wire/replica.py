@@ -151,9 +151,9 @@ class ReplicaCache:
         elif replica.spec != expect:
             raise ArchitectureMismatch("replica kept for another model")
         elif first.header.epoch != replica.epoch or first.header.base_version != replica.version:
-            # Replica.apply would refuse it too, but only after nothing was applied: say it here
-            # so that a chain never leaves the replica half way
-            replica.apply(first, validate=False)  # raises ReplicaGap
+            # checked before anything is applied, so that a chain never leaves the replica half way
+            raise ReplicaGap(f"delta base {first.header.epoch}/{first.header.base_version} != "
+                             f"replica {replica.epoch}/{replica.version}")
         for payload in payloads:
             replica.apply(payload, validate=False)
         self._replicas[node_id] = replica

@@ -216,10 +216,9 @@ class ServedModel:
                 if oldest_base <= since < v:
                     merged = self._merged_since(since)
                     if chain and v - since <= MAX_CHAIN:
-                        start = since - oldest_base  # first entry with version > since
-                        chained = b"".join(e.data for e in islice(self._log, start, None))
-                        if len(chained) < len(merged):
-                            return ServeResult(200, chained, "chain", v)
+                        parts = list(islice(self._log, since - oldest_base, None))  # versions > since
+                        if sum(len(e.data) for e in parts) < len(merged):
+                            return ServeResult(200, b"".join(e.data for e in parts), "chain", v)
                     return ServeResult(200, merged, "delta", v)
             if self._snapshot is None or (self._snapshot[0] != v and not self._reusable(self._snapshot[0])):
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from p2pnode.compression.base import Sparsifier
-from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode, round_int8
+from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode, round_for_wire
 
 
 #: attribute of a model holding the name patterns its task keeps local (``Task.keep_local``)
@@ -92,18 +92,13 @@ class DeltaPublisher:
             if idx.numel() == 0:
                 continue
             idx = torch.sort(idx).values
-            values = diff[idx]
-            if self.value_dtype in ("float16", "int8") and not full:
-                values = values.half().float() if self.value_dtype == "float16" else \
-                    torch.from_numpy(round_int8(values.numpy()))
-                keep = values != 0  # rounded to zero: nothing to send, nothing to add
-                idx, values = idx[keep], values[keep]
-                if idx.numel() == 0:
-                    continue
-            xhat.index_add_(0, idx, values)
-            entries[name] = (idx.numpy().astype(np.uint32), values.numpy())
+            # what the wire carries (a full publish is float32: x_hat becomes the model at once)
+            idx_np, values = round_for_wire(idx.numpy(), diff[idx].numpy(), "float32" if full else self.value_dtype)
+            if idx_np.size == 0:
+                continue
+            xhat.index_add_(0, torch.from_numpy(idx_np), torch.from_numpy(values))
+            entries[name] = (idx_np.astype(np.uint32), values)
         base = self.version
         self.version += 1
-        # a full publish is exact (x_hat becomes the model at once), whatever the usual value type
         return encode(Delta(self._header("delta", base, step, loss), entries),
                       value_dtype="float32" if full else self.value_dtype)
