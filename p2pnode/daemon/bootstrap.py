@@ -63,6 +63,7 @@ class Offer:
     body: bytes = b""
     values: np.ndarray | None = None  #: every tensor, flat, float64
     error: str = ""
+    latency: float = 0.0  #: seconds the fetch took
 
 
 @dataclass
@@ -118,17 +119,19 @@ async def collect(client: PeerClient, peers: list[Member], timeout: float, max_b
     """Ask every peer for its full snapshot at once; decode each in a thread."""
 
     async def one(peer: Member) -> Offer:
+        started = time.monotonic()
         try:
             resp = await client.request("GET", peer.addr, "/v1/model", timeout=timeout)
         except PeerError as exc:
             return Offer(peer, error=str(exc))
+        latency = time.monotonic() - started
         if resp.status != 200:
             return Offer(peer, error=f"HTTP {resp.status}")
         try:
             values = await asyncio.to_thread(flat_snapshot, resp.body, max_bytes)
         except PayloadError as exc:
             return Offer(peer, error=str(exc)[:200])
-        return Offer(peer, resp.body, values)
+        return Offer(peer, resp.body, values, latency=latency)
 
     return list(await asyncio.gather(*(one(p) for p in peers)))
 

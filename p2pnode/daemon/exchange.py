@@ -252,6 +252,7 @@ class Exchange:
         rec = self.peers.setdefault(offer.peer.node_id, PeerRecord(offer.peer.addr))
         rec.addr, rec.version, rec.epoch = offer.peer.addr, -1, ""
         if await self._take(offer.peer, rec, offer.body, adopt=True):
+            self.metrics.exchange_seconds.observe(offer.latency)  # an exchange done, like any other
             boot.settle("adopted" if verdict.agreed else "unchecked", verdict)
             if not verdict.agreed:
                 log.warning("bootstrap: started from %s's model unchecked (%s)", offer.peer.node_id, verdict.detail)
