@@ -1,8 +1,9 @@
 """Parameter-server mode (``node.role = "ps"`` / ``"ps-worker"``, p2pnode/ps/): real daemons on
 loopback with the torch worker on a small synthetic task. The server applies every worker's
 pushed gradient (its model version and step advance with each, each worker's pushes are counted),
-refuses garbage and a peer's model push without changing anything, and goes on applying the
-survivor's pushes after another worker is SIGKILLed: a dead worker never stalls it."""
+refuses garbage, a stranger's gradient (403: only members push, as to ``/v1/model``) and a peer's
+model push without changing anything, and goes on applying the survivor's pushes after another
+worker is SIGKILLed: a dead worker never stalls it."""
 
 from __future__ import annotations
 
@@ -52,8 +53,17 @@ def test_server_applies_pushes_and_survives_a_killed_worker(cluster) -> None:
 
     # garbage and a peer's model push change nothing: refused, counted, no version for them
     refused = s["ps"]["refused"]
-    status, _, _ = http_request(server.addr, "POST", "/v1/ps/gradient?from=x", b"\x81\xa3fmt\x01" + b"\0" * 64)
-    assert status == 400
+    status, _, _ = http_request(server.addr, "POST", f"/v1/ps/gradient?from={ids[0]}",
+                                b"\x81\xa3fmt\x01" + b"\0" * 64)
+    assert status == 400  # a member's (a worker's) garbage: past the member check, refused as a payload
+    # a stranger's gradient is refused from the headers (as a model push is: daemon/push.py),
+    # counted as not-member; it never reaches the server's worker (no pusher entry for it)
+    status, _, reply = http_request(server.addr, "POST", "/v1/ps/gradient?from=stranger",
+                                    b"\x81\xa3fmt\x01" + b"\0" * 64)
+    assert status == 403 and "members only" in reply.decode(), reply
+    after = server.status()
+    assert after["pushes"]["refused"] >= 1 and after["pushes"]["last_refused"]["from"] == "stranger"
+    assert "stranger" not in after["ps"]["workers"]
     status, _, _ = http_request(server.addr, "POST", f"/v1/model?from={ids[0]}", b"\x81\xa3fmt\x01" + b"\0" * 64)
     assert status == 400  # a member's (the worker's, on loopback as this test is) garbage
     status, _, _ = http_request(server.addr, "POST", "/v1/model?from=x", b"\x81\xa3fmt\x01" + b"\0" * 64)

@@ -177,8 +177,9 @@ class ExchangeConfig(Table):
     clip_factor: PositiveFloat = 3.0
     clip_max: PositiveFloat = 0.25
     clip_refuse: Annotated[float, msgspec.Meta(ge=1)] = 4.0
-    #: who may push a model (POST /v1/model): "members" (a running member, from its own host;
-    #: p2pnode/daemon/push.py) or "any" (every sender: tests and closed networks only)
+    #: who may push a model (POST /v1/model) or a gradient to a parameter server (POST
+    #: /v1/ps/gradient): "members" (a running member, from its own host; p2pnode/daemon/push.py)
+    #: or "any" (every sender: tests and closed networks only)
     accept_pushes: Literal["members", "any"] = "members"
 
 

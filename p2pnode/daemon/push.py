@@ -1,9 +1,13 @@
-"""Who may push a model: ``POST /v1/model?from=NODE_ID`` from members only (``exchange.accept_pushes``).
+"""Who may push: ``POST /v1/model?from=NODE_ID`` and a parameter server's ``POST
+/v1/ps/gradient?from=NODE_ID`` from members only (``exchange.accept_pushes``).
 
 A pushed model is averaged into ours like a fetched one, so a push is as strong as an exchange
-and must come from where an exchange would: a member. Without a cluster secret nothing proves
-who sent a request, but two things can be checked from its headers alone, before a byte of the
-body is read (so refused pushes cost nothing, floods included):
+and must come from where an exchange would: a member. A pushed gradient moves a parameter
+server's model by a whole step, so the same rule guards it: a server's ps-workers join its
+membership through their first seed (the server), and push from the address they joined with.
+Without a cluster secret nothing proves who sent a request, but two things can be checked from
+its headers alone, before a byte of the body is read (so refused pushes cost nothing, floods
+included):
 
 * ``from`` names a *running member* of our membership table: with SWIM a member verified at
   its address (it answered a probe there with its id) that is alive or suspect, never a
@@ -36,6 +40,9 @@ ACCEPT_PUSHES = ("members", "any")
 #: the refusal's reason label in p2pnode_payloads_rejected_total
 NOT_MEMBER = "not-member"
 PUSH_PATH = "/v1/model"
+#: a parameter server's gradient endpoint (p2pnode/ps/server.py): the same check
+PS_GRADIENT_PATH = "/v1/ps/gradient"
+PUSH_PATHS = (PUSH_PATH, PS_GRADIENT_PATH)
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -73,7 +80,8 @@ def push_origin_error(member: Member | None, node_id: str, remote: str | None) -
 
 
 class PushPolicy:
-    """The precheck of ``POST /v1/model``: ``?from=`` well formed (400), and with ``"members"``
+    """The precheck of ``POST /v1/model`` and ``POST /v1/ps/gradient``: ``?from=`` well formed
+    (400), and with ``"members"``
     a running member's, sent from its host (403). ``lookup(node_id)`` is the membership's
     ``pusher``; ``count(reason)`` counts a refusal in the rejected-payload metric."""
 
@@ -87,7 +95,7 @@ class PushPolicy:
         self.last_refused: dict[str, str] | None = None
 
     def precheck(self, request: web.Request) -> web.Response | None:
-        if request.method != "POST" or request.path != PUSH_PATH:
+        if request.method != "POST" or request.path not in PUSH_PATHS:
             return None
         peer = request.query.get("from", "")
         if not (0 < len(peer) <= 64 and peer.isprintable()):

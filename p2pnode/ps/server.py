@@ -1,6 +1,9 @@
 """The parameter server's endpoint (``node.role = "ps"``): ``POST /v1/ps/gradient?from=ID``.
 
-Daemon side, torch-free. The body is a gradient payload (``ps/gradient.py``); the guard reads it
+Daemon side, torch-free. Only members may push, as for ``POST /v1/model``: the guard's precheck
+(``daemon/push.py``, ``exchange.accept_pushes``) answers 403 from the headers unless ``from``
+is a running member of the server's membership pushing from its own host (its ps-workers join
+it: the server is their first seed). The body is a gradient payload (``ps/gradient.py``); the guard reads it
 under the same limit as a model push (``HttpApi.body_limit``) and refuses one that cannot begin
 a payload of this model from its first bytes. It goes to the server's worker process, which
 applies it at once and answers with the new model version: 200 ``{"accepted": true, "version":
@@ -21,11 +24,12 @@ from aiohttp import web
 from p2pnode.config import Config
 from p2pnode.daemon.http import REFUSAL_STATUS, HttpApi
 from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.daemon.push import PS_GRADIENT_PATH
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import Applied
 from p2pnode.ps.messages import PsPush
 
-PATH = "/v1/ps/gradient"
+PATH = PS_GRADIENT_PATH
 #: workers shown in status (the most recent pushers); beyond it the oldest is forgotten
 MAX_WORKERS_SHOWN = 256
 
