@@ -100,6 +100,9 @@ class Applied(Message):
     #: clipping), and whether this exchange was clipped to it (``weight`` is then the smaller one)
     radius: float = -1.0
     clipped: bool = False
+    #: averaged under the spread rule: the typical peer was as far, so a model beyond the
+    #: refusal bound was clipped instead of refused (robust.py)
+    spread: bool = False
 
 
 @dataclass

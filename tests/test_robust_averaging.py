@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -100,62 +101,66 @@ def test_a_node_whose_every_peer_looks_far_widens_the_radius_within_a_few_exchan
     assert clip.radius() >= 0.4 / 4
 
 
-def test_a_hostile_peer_cannot_widen_the_radius_even_half_of_the_exchanges() -> None:
-    clip = ClipRadius(factor=3.0, max_ratio=0.5)
-    for i in range(400):
-        clip.decide("honest", 0.04)
-        # the hostile peer every other exchange, always just inside the radius it sees
-        clip.decide("evil", 0.999 * clip.radius())
-    assert clip.radius() == pytest.approx(0.12)  # 3 x the honest median, as at the start
+
+def test_a_hostile_minority_cannot_make_a_node_spread() -> None:
+    """The far model is refused every time while the other peers are near, however often it comes."""
+    clip = ClipRadius(factor=3.0, max_ratio=0.25, refuse=4.0)
+    for _ in range(200):
+        assert not clip.decide("a", 0.05).refused
+        assert not clip.decide("b", 0.08).refused
+        for far in (2.0, 1.4, 99.0):  # sign-flipped, random, x100
+            decision = clip.decide("evil", far)
+            assert decision.refused and not decision.spread
 
 
-def test_with_a_majority_of_honest_peers_the_radius_comes_from_them() -> None:
-    clip = ClipRadius(factor=3.0, max_ratio=0.5)
-    for _ in range(50):
-        clip.decide("a", 0.03)
-        clip.decide("b", 0.05)
-        clip.decide("evil", 10.0)
-    assert clip.radius() == pytest.approx(0.15)  # 3 x the lower median of (0.03, 0.05, 0.15)
+def simulate(models: list[np.ndarray], hostile: dict[int, str], exchanges: int, seed: int = 0) -> int:
+    """Gossip with the worker's rule, in place: each exchange one node averages one random peer's
+    model in with weight 1/2, clipped (``average_into``'s arithmetic on flat vectors); a hostile
+    node serves a poisoned version of its model and never averages. Returns how many poisoned
+    models were averaged in."""
+    rng = np.random.default_rng(seed)
+    clips = [ClipRadius() for _ in models]
+    taken = 0
+    for _ in range(exchanges):
+        i, j = rng.choice(len(models), size=2, replace=False)
+        if i in hostile:
+            continue
+        peer = {"sign-flip": -models[j], "x100": 100 * models[j]}.get(hostile.get(j, ""), models[j])
+        distance = float(np.linalg.norm(peer - models[i]) / np.linalg.norm(models[i]))
+        decision = clips[i].decide(str(j), distance)
+        if not decision.refused:
+            models[i] = models[i] + 0.5 * decision.scale * (peer - models[i])
+            taken += j in hostile
+    return taken
 
 
-def test_an_honest_distance_that_grows_is_followed() -> None:
-    clip = ClipRadius(factor=3.0, max_ratio=0.5)
-    for _ in range(16):
-        clip.decide("a", 0.01)
-    assert clip.radius() == pytest.approx(0.03)
-    # the models drift apart 5x at once (say, the step size rose): clipped at first, then followed
-    first = clip.decide("a", 0.05)
-    assert first.clipped
-    for _ in range(16):
-        last = clip.decide("a", 0.05)
-    assert not last.clipped and clip.radius() == pytest.approx(0.15)
+def test_nodes_that_trained_apart_come_together() -> None:
+    """Four honest models 1.0-1.4 x ||x|| apart (nodes started at different times on skewed data:
+    measured 0.97-1.24), beyond the refusal bound refuse x max_ratio = 1.0 for every pair: the
+    rule of refusing them all would never mix them; spread, they converge."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal(1000)
+    models = [base + 1.1 * rng.standard_normal(1000) for _ in range(4)]
+    gaps = [np.linalg.norm(a - b) / np.linalg.norm(a) for a in models for b in models if a is not b]
+    assert min(gaps) > ClipRadius().refuse * ClipRadius().max_ratio
+    simulate(models, {}, 400)
+    worst = max(np.linalg.norm(a - b) / np.linalg.norm(a) for a in models for b in models)
+    assert worst < 1e-3, worst
 
 
-def test_the_radius_never_exceeds_the_cap_and_bad_distances_move_nothing() -> None:
-    clip = ClipRadius(factor=3.0, max_ratio=0.5)
-    for _ in range(100):  # a lone hostile peer pushing its own figure up
-        clip.decide("evil", 1e6)
-    assert clip.radius() == 0.5
-    for bad in (math.nan, math.inf, -1.0):
-        assert clip.decide("evil", bad).refused
-
-
-def test_peers_are_forgotten_least_recently_met_first() -> None:
-    clip = ClipRadius(max_peers=4)
-    for i in range(10):
-        clip.decide(f"p{i}", 0.01 * (i + 1))
-    assert list(clip.history) == ["p6", "p7", "p8", "p9"]
-
-
-def test_config_choice() -> None:
-    cfg = Config()
-    assert cfg.exchange.robust == "clip"
-    assert isinstance(make_clipper("clip", 3.0, 0.5, 4.0), ClipRadius)
-    assert make_clipper("none", 3.0, 0.5, 4.0) is None
-    with pytest.raises(ValueError):
-        make_clipper("median", 3.0, 0.5, 4.0)
-    for bad in ("exchange.robust=median", "exchange.clip_factor=0", "exchange.clip_max=-1", "exchange.clip_refuse=0.5"):
-        cfg = Config()
-        key, _, value = bad.partition("=")
-        with pytest.raises(ConfigError, match=key):  # refused as it is decoded
-            set_option(cfg, key, value)
+@pytest.mark.parametrize("attack", ["sign-flip", "x100"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_poisoned_node_of_four_barely_moves_the_honest_ones(attack: str, seed: int) -> None:
+    """The same gossip with node 3 poisoned and the honest nodes near each other (they start from
+    one seed): the honest peers keep every honest node from being spread, so the poisoned model is
+    refused, but for a node whose first three exchanges all met the attacker (seed 0: once, a
+    clipped 1/8 of ||x||); the honest models end together, their norm within 10 % of the start."""
+    rng = np.random.default_rng(4)
+    base = rng.standard_normal(1000)
+    models = [base + 0.01 * rng.standard_normal(1000) for _ in range(4)]
+    norm = np.linalg.norm(base)
+    assert simulate(models, {3: attack}, 400, seed) <= 1
+    honest = models[:3]
+    assert max(np.linalg.norm(a - b) / norm for a in honest for b in honest) < 0.02
+    for m in honest:
+        assert abs(np.linalg.norm(m) / norm - 1) < 0.1, np.linalg.norm(m) / norm

@@ -29,9 +29,9 @@ def stub(tmp_path: Path, robust: str) -> tuple[StubWorker, object]:
     return StubWorker(ours, cfg, "me"), theirs
 
 
-def offer(worker: StubWorker, conn: object, version: int, tensors: dict[str, np.ndarray]) -> Applied:
-    body = encode(Snapshot(SPEC.header("snapshot", PEER, "ep", version), tensors))
-    worker.on_peer(PeerPayload(token=version, peer=PEER, data=body))
+def offer(worker: StubWorker, conn: object, version: int, tensors: dict[str, np.ndarray], peer: str = PEER) -> Applied:
+    body = encode(Snapshot(SPEC.header("snapshot", peer, "ep", version), tensors))
+    worker.on_peer(PeerPayload(token=version, peer=peer, data=body))
     msg = decode(conn.recv_bytes())  # type: ignore[attr-defined]
     assert isinstance(msg, Applied)
     return msg
@@ -43,6 +43,11 @@ def flat(x: dict[str, np.ndarray]) -> np.ndarray:
 
 def test_the_stub_refuses_a_x100_model_and_clips_a_far_one(tmp_path: Path) -> None:
     worker, conn = stub(tmp_path, "clip")
+    # an honest peer met first, 10 % away (a poisoned model is refused as the odd one among peers)
+    rng = np.random.default_rng(1)
+    near = {k: v + 0.1 * np.linalg.norm(v) / np.sqrt(v.size) * rng.standard_normal(v.shape).astype(np.float32)
+            for k, v in worker.x.items()}
+    assert offer(worker, conn, 1, near, peer="0123456789abcdef").ok
     before = flat(worker.x).copy()
     refused = offer(worker, conn, 1, {k: 100 * v for k, v in worker.x.items()})
     assert not refused.ok and refused.reason == "outlier" and refused.radius == 0.25, refused

@@ -97,6 +97,9 @@ class ExchangeTotals:
     #: refused as outliers (also counted in ``rejected``)
     clipped: int = 0
     outliers: int = 0
+    #: of the clipped, those averaged while the node was spread (its typical peer beyond the
+    #: refusal bound: nodes that trained apart), which would otherwise have been refused
+    spread: int = 0
 
 
 class Exchange:
@@ -128,6 +131,8 @@ class Exchange:
         self.busy: set[str] = set()
         #: the robust averaging radius tau (relative to ||x||) at the last exchange; None: not yet
         self.clip_radius: float | None = None
+        #: whether the last model averaged in was taken under the spread rule (robust.py)
+        self.spread = False
 
     def candidates(self) -> list[Member]:
         now = time.monotonic()
@@ -300,6 +305,8 @@ class Exchange:
             return False
         rec.version, rec.epoch = applied.version, applied.epoch
         self._note_clip(rec, applied.clipped, applied.radius)
+        self.totals.spread += applied.spread
+        self.spread = applied.spread
         if self.clock.done and applied.distance >= 0 and not applied.clipped:
             rec.distance = applied.distance
             self.recent_distances.append(applied.distance)
@@ -371,4 +378,4 @@ class Exchange:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
                 "bootstrap": self.boot.status(),
                 "peers": {k: v.to_json() for k, v in self.peers.items()}, "consensus": self.consensus(),
-                "robust": {"rule": self.cfg.exchange.robust, "radius": self.clip_radius}}
+                "robust": {"rule": self.cfg.exchange.robust, "radius": self.clip_radius, "spread": self.spread}}

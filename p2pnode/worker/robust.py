@@ -34,6 +34,22 @@ Honest distances grow by less than 2x from one exchange to the next, so with the
 honest peer is clipped at most, never refused; and since a refusal records tau too, a node whose
 every peer looks far (its own model is the odd one) widens tau within a few exchanges.
 
+Distance alone cannot tell a peer trained elsewhere from a poisoned one: on label-skewed shards
+honest models trained apart (nodes started at different times) are 1.0-1.2 x ||x|| from each
+other, beyond the widest refusal bound ``refuse`` x ``max_ratio``, where a random model is (1.4)
+and a sign-flipped one (2). What tells them apart is the company: a poisoned model is far from a
+node whose other peers are near, while in a cluster that trained apart the typical peer is far.
+So a node is *spread* when the lower median over the peers it met recently of each one's last
+distance (uncapped, this exchange's included) is beyond ``refuse`` x ``max_ratio``, the bound no
+tau can widen past; a spread node refuses nobody and averages every peer clipped to tau
+(ClippedGossip's own rule: each exchange moves it by at most w * tau, and honest nodes converge
+under it), so nodes that trained apart come together. A node that knows one peer only is spread
+when that peer's last ``window`` distances were all that far (a cluster of two that trained
+apart), not at first sight. A hostile minority cannot make a node spread: the lower median is an
+honest peer's figure, and honest peers near each other are within the bound. A hostile majority
+among the peers a node met, or a lone hostile peer met ``window`` times in a row, can: then the
+bound is ClippedGossip's w * tau per exchange.
+
 Pure Python, no torch: the torch worker and the stub worker use it alike (``clip_payload``,
 ``outlier_refusal``, ``applied_clip``: the one rule for both). State lives in the ``ClipRadius``
 object, owned by the worker's one thread.
@@ -71,6 +87,7 @@ class ClipDecision:
     scale: float
     radius: float  #: tau, relative to ||x||
     refused: bool = False  #: an outlier: not averaged at all
+    spread: bool = False  #: the typical peer was as far: averaged clipped instead of refused
 
     @property
     def clipped(self) -> bool:
@@ -87,6 +104,8 @@ class ClipRadius:
     window: int = WINDOW
     max_peers: int = MAX_PEERS
     history: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
+    #: each peer's last distances, uncapped (most recently met last): whether the node is spread
+    raw: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
 
     def radius(self) -> float:
         """tau relative to ||x||: factor x the lower median of the peers' medians, at most
@@ -104,16 +123,33 @@ class ClipRadius:
         if not (math.isfinite(distance) and distance >= 0):
             return ClipDecision(0.0, tau, refused=True)
         self.record(peer, min(distance, tau))
-        if distance > self.refuse * tau:
+        remember(self.raw, peer, distance, self.window, self.max_peers)
+        spread = self.spread()
+        if distance > self.refuse * tau and not spread:
             return ClipDecision(0.0, tau, refused=True)
-        return ClipDecision(1.0 if distance <= tau else tau / distance, tau)
+        return ClipDecision(1.0 if distance <= tau else tau / distance, tau, spread=spread)
+
+    def spread(self) -> bool:
+        """Whether the typical peer recently met is beyond the widest refusal bound (module doc)."""
+        bound = self.refuse * self.max_ratio
+        recent = list(self.raw.values())[-2 * self.window:]
+        if len(recent) == 1:  # one peer: only once its every recent distance was that far
+            return len(recent[0]) == self.window and min(recent[0]) > bound
+        latest = sorted(d[-1] for d in recent)
+        return bool(latest) and latest[(len(latest) - 1) // 2] > bound
 
     def record(self, peer: str, distance: float) -> None:
-        window = self.history.pop(peer, None) or deque(maxlen=self.window)
-        window.append(distance)
-        self.history[peer] = window  # most recently met last
-        while len(self.history) > self.max_peers:
-            self.history.popitem(last=False)
+        remember(self.history, peer, distance, self.window, self.max_peers)
+
+
+def remember(table: OrderedDict[str, deque[float]], peer: str, distance: float, window: int, max_peers: int) -> None:
+    """Append to ``peer``'s window, the peer moved to the most recently met end; the least
+    recently met forgotten beyond ``max_peers``."""
+    recent = table.pop(peer, None) or deque(maxlen=window)
+    recent.append(distance)
+    table[peer] = recent
+    while len(table) > max_peers:
+        table.popitem(last=False)
 
 
 def make_clipper(rule: str, factor: float, max_ratio: float, refuse: float) -> ClipRadius | None:
@@ -142,4 +178,5 @@ def outlier_refusal(clipper: ClipRadius, msg: PeerPayload, clip: ClipDecision, d
 
 def applied_clip(clip: ClipDecision | None) -> dict[str, Any]:
     """The clipping fields of an averaged payload's ``Applied`` (radius -1: not clipped at all)."""
-    return {"radius": clip.radius if clip else -1.0, "clipped": bool(clip and clip.clipped)}
+    return {"radius": clip.radius if clip else -1.0, "clipped": bool(clip and clip.clipped),
+            "spread": bool(clip and clip.spread)}
