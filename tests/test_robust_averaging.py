@@ -164,3 +164,64 @@ def test_one_poisoned_node_of_four_barely_moves_the_honest_ones(attack: str, see
     assert max(np.linalg.norm(a - b) / norm for a in honest for b in honest) < 0.02
     for m in honest:
         assert abs(np.linalg.norm(m) / norm - 1) < 0.1, np.linalg.norm(m) / norm
+
+
+def test_a_hostile_peer_cannot_widen_the_radius_even_half_of_the_exchanges() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for i in range(400):
+        clip.decide("honest", 0.04)
+        # the hostile peer every other exchange, always just inside the radius it sees
+        clip.decide("evil", 0.999 * clip.radius())
+    assert clip.radius() == pytest.approx(0.12)  # 3 x the honest median, as at the start
+
+
+def test_with_a_majority_of_honest_peers_the_radius_comes_from_them() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for _ in range(50):
+        clip.decide("a", 0.03)
+        clip.decide("b", 0.05)
+        clip.decide("evil", 10.0)
+    assert clip.radius() == pytest.approx(0.15)  # 3 x the lower median of (0.03, 0.05, 0.15)
+
+
+def test_an_honest_distance_that_grows_is_followed() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for _ in range(16):
+        clip.decide("a", 0.01)
+    assert clip.radius() == pytest.approx(0.03)
+    # the models drift apart 5x at once (say, the step size rose): clipped at first, then followed
+    first = clip.decide("a", 0.05)
+    assert first.clipped
+    for _ in range(16):
+        last = clip.decide("a", 0.05)
+    assert not last.clipped and clip.radius() == pytest.approx(0.15)
+
+
+def test_the_radius_never_exceeds_the_cap_and_bad_distances_move_nothing() -> None:
+    clip = ClipRadius(factor=3.0, max_ratio=0.5)
+    for _ in range(100):  # a lone hostile peer pushing its own figure up
+        clip.decide("evil", 1e6)
+    assert clip.radius() == 0.5
+    for bad in (math.nan, math.inf, -1.0):
+        assert clip.decide("evil", bad).refused
+
+
+def test_peers_are_forgotten_least_recently_met_first() -> None:
+    clip = ClipRadius(max_peers=4)
+    for i in range(10):
+        clip.decide(f"p{i}", 0.01 * (i + 1))
+    assert list(clip.history) == ["p6", "p7", "p8", "p9"]
+
+
+def test_config_choice() -> None:
+    cfg = Config()
+    assert cfg.exchange.robust == "clip"
+    assert isinstance(make_clipper("clip", 3.0, 0.5, 4.0), ClipRadius)
+    assert make_clipper("none", 3.0, 0.5, 4.0) is None
+    with pytest.raises(ValueError):
+        make_clipper("median", 3.0, 0.5, 4.0)
+    for bad in ("exchange.robust=median", "exchange.clip_factor=0", "exchange.clip_max=-1", "exchange.clip_refuse=0.5"):
+        cfg = Config()
+        key, _, value = bad.partition("=")
+        with pytest.raises(ConfigError, match=key):  # refused as it is decoded
+            set_option(cfg, key, value)
