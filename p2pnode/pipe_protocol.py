@@ -167,6 +167,14 @@ class Stop(Message):
     token: int = 0
 
 
+@dataclass
+class Begin(Message):
+    """Training may start: the daemon saw ``training.min_peers`` peers (or waited long enough).
+    A fresh worker with ``min_peers`` > 0 takes no step before it; sent after every hello."""
+
+    kind: ClassVar[str] = "begin"
+
+
 #: The messages that carry a token and are answered by one (Applied or Checkpointed).
 Request = PeerPayload | Checkpoint | Stop
 

@@ -112,6 +112,13 @@ class TrainingConfig(Table):
     warmup_samples: Count = 3200
     #: stop local training after this many samples (0: never); the node keeps serving
     max_samples: Count = 0
+    #: a fresh node (no checkpoint) takes its first local step only once it sees this many
+    #: alive peers, as DDP's ranks wait for each other (0: at once). Nodes that start minutes
+    #: apart on skewed shards otherwise train apart and forget each other's classes
+    #: (docs/ALGORITHMS.md, "A start together")
+    min_peers: Count = 0
+    #: ...or once this many seconds have passed without them (then it starts alone, logged)
+    min_peers_wait: Seconds = 600.0
     #: evaluate on the test set every this many steps (0: never)
     eval_every: Count = 200
     #: test images per periodic evaluation (0: the whole test set)

@@ -214,6 +214,25 @@ class Node:
         self.joined = True
         notify.notify(f"READY=1\nSTATUS=serving on {self.addr}, {len(self.membership.members())} members")
 
+    async def _quorum(self) -> None:
+        """training.min_peers: hold a fresh worker's first step until that many peers are alive
+        (or min_peers_wait has passed), as DDP's ranks wait for each other: nodes that come up
+        minutes apart on skewed shards would otherwise train apart, each forgetting the classes
+        it lacks, and the later average is poor (docs/ALGORITHMS.md, "A start together")."""
+        assert self.membership is not None
+        want, deadline = self.cfg.training.min_peers, time.monotonic() + self.cfg.training.min_peers_wait
+        state = self.supervisor.state
+        while want > 0 and (have := len(self.membership.alive_peers())) < want:
+            if time.monotonic() >= deadline:
+                log.warning("training starts with %d of the %d peers training.min_peers asks for "
+                            "(training.min_peers_wait = %gs passed)", have, want, self.cfg.training.min_peers_wait)
+                break
+            if state.waiting_for_peers != [have, want]:
+                log.info("waiting for peers before the first step: %d of %d alive (training.min_peers)", have, want)
+            state.waiting_for_peers = [have, want]
+            await asyncio.sleep(0.5)
+        await self.supervisor.begin()
+
     async def _stopper(self) -> None:
         await self.stop_event.wait()
         log.info("shutting down: leaving the cluster, writing a final checkpoint")
@@ -277,6 +296,7 @@ class Node:
                 tg.create_task(self.supervisor.run(), name="worker-supervisor")
                 tg.create_task(self._stopper(), name="stopper")
                 tg.create_task(self._join(), name="join")
+                tg.create_task(self._quorum(), name="quorum")
                 tg.create_task(self._supervised("membership", self.membership.run), name="membership")
                 tg.create_task(self._supervised("exchange", self._fetcher()), name="exchange")
                 tg.create_task(self._supervised("checkpointer", self._checkpointer), name="checkpointer")

@@ -51,6 +51,8 @@ class TrainingState:
     last_checkpoint_step: int | None = None
     last_checkpoint_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
+    #: training.min_peers not met yet: [alive peers seen, peers wanted]; None: not waiting
+    waiting_for_peers: list[int] | None = None
     #: monotonic times of the first step this life and of reaching training.max_samples
     first_step_at: float | None = None
     done_at: float | None = None

@@ -28,6 +28,7 @@ from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import ModelSource, StepClock, TrainingState
 from p2pnode.pipe_protocol import (
     Applied,
+    Begin,
     Checkpointed,
     Evaluated,
     Failed,
@@ -63,6 +64,8 @@ class WorkerSupervisor:
         self._consuming = False  # run() is reading the worker's messages
         #: where messages this supervisor does not route go (a role's own, p2pnode/ps/); None: dropped
         self.on_message: Callable[[Message], Awaitable[None]] | None = None
+        #: training.min_peers was met (or waited out): every worker life is told Begin
+        self.begun = False
 
     @property
     def worker_pid(self) -> int | None:
@@ -196,6 +199,15 @@ class WorkerSupervisor:
         log.info("worker ready: %d parameters, step %d%s, public version %d, epoch %s", msg.params, msg.step,
                  " (resumed from checkpoint)" if msg.resumed else "", msg.version, msg.epoch)
         self.clock.ready.set()
+        if self.begun:
+            await self.pipe.send(Begin())
+
+    async def begin(self) -> None:
+        """Let training start (training.min_peers met): this worker now, every later one at hello."""
+        self.begun = True
+        self.state.waiting_for_peers = None
+        if self.pipe.attached and self.state.worker_alive:
+            await self.pipe.send(Begin())
 
     async def stop(self, checkpoint: bool = True, timeout: float = 6.0) -> None:
         """Ask the worker to write a final checkpoint and exit; kill it if it does not."""

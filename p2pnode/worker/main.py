@@ -24,6 +24,7 @@ from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import (
     ADOPT,
     Applied,
+    Begin,
     Checkpoint,
     Checkpointed,
     Evaluated,
@@ -90,6 +91,8 @@ class Worker:
                                     cfg.exchange.clip_refuse)
         self.running = True
         self.dirty = False
+        #: training.min_peers: a fresh worker takes no step before the daemon's Begin
+        self.waiting = cfg.training.min_peers > 0 and not self.resumed
 
     def send(self, msg: Message) -> None:
         self.conn.send_bytes(encode(msg))
@@ -172,6 +175,8 @@ class Worker:
             self.on_peer(msg)
         elif isinstance(msg, Checkpoint):
             self.save_checkpoint(msg.token)
+        elif isinstance(msg, Begin):
+            self.waiting = False
         elif isinstance(msg, Stop):
             if msg.checkpoint:
                 self.save_checkpoint(msg.token)
@@ -219,13 +224,15 @@ class Worker:
     def loop(self) -> None:
         last_idle_publish = 0.0
         while self.running:
-            idle = self.trainer.done
+            idle = self.trainer.done or self.waiting
             # Between steps take everything waiting; when training is over, block briefly.
             while self.running and self.conn.poll(0.05 if idle else 0):
                 self.handle(decode(self.conn.recv_bytes()))
                 idle = False
             if not self.running:
                 break
+            if self.waiting:
+                continue
             if not self.trainer.done:
                 self.step()
             elif self.dirty and time.monotonic() - last_idle_publish >= self.cfg.exchange.finish_interval:

@@ -29,6 +29,7 @@ from p2pnode.config import Config, merge, parse_shard
 from p2pnode.pipe_protocol import (
     ADOPT,
     Applied,
+    Begin,
     Checkpoint,
     Checkpointed,
     Evaluated,
@@ -81,6 +82,8 @@ class StubWorker:
         self.step = self.samples = self.version = 0
         self.ckpt_path = Path(cfg.node.state_dir) / CHECKPOINT_NAME
         self.resumed = self._load()
+        #: training.min_peers: a fresh worker takes no step before the daemon's Begin
+        self.waiting = cfg.training.min_peers > 0 and not self.resumed
         self.xhat = {k: v.copy() for k, v in self.x.items()}
         self.epoch = secrets.token_hex(6)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
@@ -192,6 +195,8 @@ class StubWorker:
             self.on_peer(msg)
         elif isinstance(msg, Checkpoint):
             self.checkpoint(msg.token)
+        elif isinstance(msg, Begin):
+            self.waiting = False
         elif isinstance(msg, Stop):
             if msg.checkpoint:
                 self.checkpoint(msg.token)
@@ -227,6 +232,8 @@ class StubWorker:
             if not self.running:
                 break
             next_step = time.monotonic() + STEP_SECONDS
+            if self.waiting:
+                continue
             if not self.done:
                 self.train_step()
             elif self.dirty and time.monotonic() - last_idle_publish > 1.0:
