@@ -71,6 +71,9 @@ VARIANTS: dict[str, list[str]] = {
     # robust averaging (self-centred clipping of peers' models) on, the default, and off
     "robust-clip": ["--set", "exchange.robust=clip"],
     "robust-none": ["--set", "exchange.robust=none"],
+    # a start together: a fresh node's first step waits until it sees the other 3 of the 4 nodes
+    # (training.min_peers; what a user sets to the cluster's size less one, as DDP's world size)
+    "together": ["--set", "training.min_peers=3"],
     # DiLoCo over gossip: rounds of 50 local steps, 5 % of the round's change on the wire. Robust
     # clipping off: after 50 local steps honest models are far apart, and with it on every round's
     # model was refused as an outlier (measured: 1-2 exchanges of 28 per node taken)

@@ -196,7 +196,10 @@ def run(args) -> dict:
                 if args.algo == "diloco":
                     newx.append(None)
                     continue
-                newx.append((1 - args.w) * before[i] + args.w * xhat[j])
+                if args.mix == "choco":  # CHOCO-SGD's consensus step: public copies only
+                    newx.append(before[i] + args.w * (xhat[j] - xhat[i]))
+                else:
+                    newx.append((1 - args.w) * before[i] + args.w * xhat[j])
             if args.algo == "diloco":
                 # local models mixed through the peer's public copy, then an outer Nesterov step
                 # on the round's displacement from the round start (the pseudo-gradient)
@@ -281,7 +284,10 @@ def run(args) -> dict:
             new = []
             for i in range(n):
                 j = (i + 2 ** (r % log2)) % n if args.selection != "ring" else (i + 1) % n
-                new.append(0.5 * xs_[i] + 0.5 * xhat[j])
+                if args.mix == "choco":
+                    new.append(xs_[i] + 0.5 * (xhat[j] - xhat[i]))
+                else:
+                    new.append(0.5 * xs_[i] + 0.5 * xhat[j])
             xs_ = new
         for i in range(n):
             set_flat(models[i], xs_[i])
@@ -312,6 +318,8 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=4)
     ap.add_argument("--density", type=float, default=0.1)
     ap.add_argument("--w", type=float, default=0.5)
+    ap.add_argument("--mix", default="model", help="model: x <- (1-w) x + w x_hat_peer (the daemon's); "
+                    "choco: x <- x + w (x_hat_peer - x_hat_own), CHOCO-SGD's consensus step")
     ap.add_argument("--selection", default="exponential")
     ap.add_argument("--consensus", type=int, default=0)
     ap.add_argument("--gain", type=float, default=0.2, help="pi: integral gain")
