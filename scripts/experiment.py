@@ -4,21 +4,33 @@ parameter server (p2pnode's ``node.role = ps``), PyTorch DDP (gloo), hivemind, a
 in the paper and with its defaults, on the same model (the small CNN), data (Fashion-MNIST,
 one shard per worker), batch size (64) and samples per worker, under three networks:
 
-* ``loopback``: every process on 127.0.0.1, no limit;
-* ``300mbit``: every machine in its own network namespace, its link capped both ways at
-  300 Mbit/s (``tc tbf``, benchlib.netns), the paper's bandwidth. The parameter server is one
-  more machine; its link carries every worker's pushes and pulls, so it is the bottleneck, as
-  in the paper;
-* ``ratio``: every link capped at the rate that gives this CNN the paper's ratio of dense
-  transfer time to compute per batch (the arithmetic is written to the log and the report).
+* ``loopback``: every process on 127.0.0.1, no limit. Every system runs; the single process
+  runs only here (it has no network: its run stands for every condition);
+* ``300mbit``: the paper's setup: every machine in its own network namespace, only the
+  parameter server's link capped both ways at 300 Mbit/s (``tc tbf``, benchlib.netns), its
+  workers' links uncapped; every push and pull crosses the server's link, so it is the
+  bottleneck, as in the paper. The decentralised systems have no server, so nothing of theirs is
+  capped here: their loopback runs stand for them (the report says so on every such row). Both
+  parameter servers run: server momentum 0.6 (the experiment's) and 0.9;
+* ``ratio``: every machine's link capped both ways at the rate that gives this CNN the paper's
+  ratio of dense transfer time to compute per batch (benchlib/ratio.py: the arithmetic is
+  written to the log and the report; the measurement of the first full run is reused unless
+  ``--measure-ratio``). Every system but the single process runs.
+
+The parameter server's momentum is 0.6: asynchronous SGD with M pushers adds an implicit
+momentum of about 1 - 1/M (Mitliagkas et al. 2016), 0.75 for 4, and with 0.9 on top the first
+full run's server diverged at the ratio cap (10 % test accuracy) and ended at 84.4 % at
+300 Mbit/s, while 0.6 ((1 - 0.6)(1 - 0.75) = 1 - 0.9) reached 87.6 % and 87.3 %.
 
 Every node's progress is polled twice a second (step, loss, periodic test accuracy) and each
 run ends with its final models evaluated on the 10 000 test images and on 5 000 training
-images. Everything goes to one JSON-lines log (``--jsonl``); ``scripts/experiment_report.py``
-turns it into docs/EXPERIMENTS.md with the paper's tables side by side and the figures.
+images (a parameter server: its server's model). Everything goes to one JSON-lines log
+(``--jsonl``), with the load average at each run's start and end; ``--report`` then writes
+docs/EXPERIMENTS.md with the paper's tables side by side and the figures
+(``scripts/experiment_report.py``).
 
-    sudo .venv/bin/python scripts/experiment.py --quick          # under 10 minutes
-    sudo .venv/bin/python scripts/experiment.py                  # the full run (its capped conditions alone took ~58 min on 2 shared cores)
+    sudo .venv/bin/python scripts/experiment.py --quick          # ratio only, 4 000 samples: under 10 minutes
+    sudo .venv/bin/python scripts/experiment.py                  # the full run: 20 000 samples, 13 runs, ~35-45 min on 2 cores
 
 Needs root for the namespaces (without it, only ``--conditions loopback`` runs).
 """
@@ -27,8 +39,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,17 +53,22 @@ from benchlib.ddp import DdpRun, run_ddp
 from benchlib.hivemind_run import HivemindRun, run_hivemind
 from benchlib.hivemind_run import unavailable as hivemind_unavailable
 from benchlib.netns import Topology, unavailable
+from benchlib.ratio import MEASURED, measure
 from benchlib.results import append_jsonl, command_line, machine
 
 NODES = 4
-#: the paper's numbers behind the ratio condition: VGG-19 for CIFAR-10 (20.04 M parameters, as
-#: torchvision's VGG-19 features with a 512-wide classifier), float32, on its 300 Mbit/s links;
-#: its fastest decentralised batch (Table I: 0.58 s) bounds its compute per batch from above
-PAPER_PARAMS, PAPER_LINK_BITS, PAPER_BATCH_S = 20.04e6, 300e6, 0.58
 #: training images each final model is evaluated on (Table II)
 TRAIN_IMAGES = 5000
-SYSTEMS = ("single", "ps", "ps-m06", "ddp", "hivemind", "p2p-paper", "p2p-defaults")
+SYSTEMS = ("single", "ps", "ps-m09", "ddp", "hivemind", "p2p-paper", "p2p-defaults")
 CONDITIONS = ("loopback", "300mbit", "ratio")
+#: what each condition runs by default (``--systems`` replaces it): the single process once (it
+#: has no network); in 300mbit, where only a parameter server's link is capped, only the servers
+#: (the decentralised systems' runs there would be their loopback runs again: nothing is capped)
+PLAN = {"loopback": ("single", "ps", "ddp", "hivemind", "p2p-paper", "p2p-defaults"),
+        "300mbit": ("ps", "ps-m09"),
+        "ratio": ("ps", "ddp", "hivemind", "p2p-paper", "p2p-defaults")}
+#: which links a condition caps: none, the parameter server's only, or every machine's
+SCOPE = {"loopback": "none", "300mbit": "server", "ratio": "every"}
 EVAL = ["--set", "training.eval_samples=1000"]
 #: p2pnode as in the paper: Algorithm 1 (exchange and publish every step, mean-threshold mask,
 #: random peer, 1/2 averaging), top-1 % publishes, lr 0.05 (scripts/bench_cluster.py "paper")
@@ -59,21 +76,25 @@ P2P_PAPER = ["--set", "exchange.every=1", "--set", "compression.publish_every=1"
              "--set", "compression.publish=topk:density=0.01", "--set", "compression.gradient=mean-threshold",
              "--set", "exchange.peer_selection=random", "--set", "exchange.averaging=mean", "--set", "training.lr=0.05"]
 #: the parameter server: dense weights served (as a classic PS), dense gradients pushed, one
-#: momentum-SGD step per push at lr 0.05 (lr 0.2 per node / 4 pushers, the linear scaling rule)
+#: momentum-SGD step per push at lr 0.05 (lr 0.2 per node / 4 pushers, the linear scaling rule),
+#: server momentum 0.6: asynchrony with M pushers adds an implicit momentum of about 1 - 1/M
+#: (Mitliagkas et al. 2016, "Asynchrony begets momentum"), 0.75 for 4, so 0.6 explicit keeps the
+#: total near the 0.9 of the synchronous systems ((1 - 0.6) x (1 - 0.75) = 1 - 0.9)
 PS_SERVER = ["--set", "node.role=ps", "--set", "compression.publish=topk:density=1.0", "--set", "training.lr=0.05",
-             "--set", "exchange.timeout=20", "--set", "http.snapshot_rate_per_source=0"]
-#: the same server with momentum 0.6: asynchrony with M pushers adds an implicit momentum of about
-#: 1 - 1/M (Mitliagkas et al. 2016, "Asynchrony begets momentum"), 0.75 for 4, so 0.6 explicit keeps
-#: the total near the 0.9 of the synchronous systems ((1 - 0.6) x (1 - 0.75) = 1 - 0.9); with 0.9 on
-#: top of it the full run's server diverged (test accuracy 10 % after ~200 pushes at the ratio cap)
-PS_M06 = ["--set", "training.momentum=0.6"]
+             "--set", "training.momentum=0.6", "--set", "exchange.timeout=20",
+             "--set", "http.snapshot_rate_per_source=0"]
+#: the same server with the synchronous systems' momentum 0.9 on top of asynchrony's: the first
+#: full run's diverged at the ratio cap (test accuracy 10 % after ~200 pushes), so it runs only
+#: where it is cheap (300mbit, the paper's setup)
+PS_M09 = ["--set", "training.momentum=0.9"]
 PS_WORKER = ["--set", "node.role=ps-worker", "--set", "exchange.timeout=20", "--set", "training.eval_every=0"]
 SETTINGS = {
     "single": "one p2pnode worker alone on one shard: momentum SGD 0.9, lr 0.2, cosine, batch 64",
-    "ps": "p2pnode node.role=ps + 4 ps-workers: dense gradient pushes, dense weights, momentum SGD 0.9 on the "
-          "server, lr 0.05 per push (0.2 / 4), cosine over all pushes, asynchronous",
-    "ps-m06": "as the parameter server, with momentum 0.6 on the server (0.9 less asynchrony's implicit momentum "
-              "~1 - 1/4): " + " ".join(PS_M06[1::2]),
+    "ps": "p2pnode node.role=ps + 4 ps-workers: dense gradient pushes, dense weights, momentum SGD on the server "
+          "with momentum 0.6 (0.9 less asynchrony's implicit momentum ~1 - 1/4), lr 0.05 per push (0.2 / 4), "
+          "cosine over all pushes, asynchronous: " + " ".join(PS_SERVER[1::2]),
+    "ps-m09": "as the parameter server, with momentum 0.9 on the server (on top of asynchrony's): "
+              + " ".join(PS_M09[1::2]),
     "ddp": "PyTorch DDP over gloo (benchlib.ddp): momentum SGD 0.9, lr 0.2, cosine, batch 64 per rank",
     "hivemind": "hivemind 1.1.12 Optimizer, use_local_updates=True, parameters averaged every 16 local steps "
                 "(target batch 4 x 64 x 16), matchmaking_time 5 s, target_group_size 4, averaging_timeout 15 s, "
@@ -82,6 +103,30 @@ SETTINGS = {
     "p2p-paper": "p2pnode, Algorithm 1 as in the paper: " + " ".join(P2P_PAPER[1::2]),
     "p2p-defaults": "p2pnode defaults (conf/node.toml)",
 }
+
+
+def capped_nodes(cond: str, system: str) -> list[int] | None:
+    """The namespaces whose links a run caps (None: all; []: none). Namespace 0 is the parameter
+    server's, or rank 0 / node 0 of a decentralised system."""
+    scope = SCOPE[cond]
+    if scope == "every":
+        return None
+    if scope == "server" and system.startswith("ps"):
+        return [0]
+    return []
+
+
+def capped_text(cond: str, system: str, rate: str) -> str:
+    """What a run capped, in words (the log and the report print it for every run)."""
+    nodes = capped_nodes(cond, system)
+    if cond == "loopback":
+        return "nothing: every process on 127.0.0.1"
+    if nodes is None:
+        return f"every machine's link, {rate} each way" + (" (the server's and its 4 workers')"
+                                                            if system.startswith("ps") else "")
+    if nodes:
+        return f"only the parameter server's link, {rate} each way; its 4 workers' links uncapped"
+    return "nothing (no server; each machine in its own network namespace)"
 
 
 def log_sample(log: Path, run: str, node: int, t: float, step: int, samples: int, loss: float | None,
@@ -101,8 +146,10 @@ def link_bytes(topo: Topology | None) -> list[int]:
     return out
 
 
-def evaluate_checkpoints(dirs: list[Path]) -> list[dict[str, float | None]]:
-    """Each final model on the 10 000 test images and the first TRAIN_IMAGES training images."""
+def evaluate_checkpoints(dirs: list[Path | None]) -> list[dict[str, float | None]]:
+    """Each final model on the 10 000 test images and the first TRAIN_IMAGES training images
+    (None: a model that stands for nothing, as a parameter server's workers' copies). Every core:
+    nothing else of the experiment runs meanwhile."""
     import torch
 
     from benchlib.steplog import evaluate
@@ -110,18 +157,23 @@ def evaluate_checkpoints(dirs: list[Path]) -> list[dict[str, float | None]]:
     from p2pnode.data import fashion_mnist
     from p2pnode.models import build_model
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(os.cpu_count() or 1)
     test, train = fashion_mnist(False), fashion_mnist(True)
     model = build_model("cnn")
     out: list[dict[str, float | None]] = []
     for d in dirs:
-        state = load(d / CHECKPOINT_NAME)
+        state = load(d / CHECKPOINT_NAME) if d is not None else None
         if state is None:
             out.append({"test_acc": None, "train_acc": None})
             continue
         model.load_state_dict(state["model"])
         out.append({"test_acc": evaluate(model, test), "train_acc": evaluate(model, train, TRAIN_IMAGES)})
     return out
+
+
+def loads() -> list[float]:
+    """The 1, 5 and 15 minute load averages now."""
+    return [round(v, 2) for v in os.getloadavg()]
 
 
 def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, place: Place, topo: Topology | None,
@@ -136,7 +188,7 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
         def node_args(i: int) -> list[str]:
             if i == 0:
                 return [*training_args(0, 1, NODES * samples), *EVAL, *PS_SERVER,
-                        *(PS_M06 if system == "ps-m06" else []),
+                        *(PS_M09 if system == "ps-m09" else []),
                         "--set", f"training.eval_every={every * NODES}",
                         "--set", f"training.warmup_samples={3200 * NODES}"]
             return [*training_args(i - 1, NODES, samples), *PS_WORKER]
@@ -177,7 +229,9 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
             time.sleep(0.5)
         wall = time.monotonic() - (t0 or start)
     moved = [b - a for a, b in zip(before, link_bytes(topo))]
-    evals = evaluate_checkpoints([node.state_dir for node in cluster.nodes])
+    server = system.startswith("ps")  # a parameter server's workers hold copies of its model: not evaluated
+    evals = evaluate_checkpoints([node.state_dir if not (server and i) else None
+                                  for i, node in enumerate(cluster.nodes)])
     nodes = []
     for i in range(n):
         s = last.get(i, {})
@@ -221,72 +275,43 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     return {"nodes": nodes, "wall": wall, "ok": not failed, "failed": failed[:1]}
 
 
-def batch_seconds() -> tuple[float, float]:
-    """(seconds of one training batch of the CNN on one core, measured here; the same with
-    NODES workers sharing this machine's cores, as they do in every run)."""
-    import os
-
-    import torch
-    import torch.nn.functional as F
-
-    from p2pnode.data import fashion_mnist
-    from p2pnode.models import build_model
-
-    torch.set_num_threads(1)
-    train = fashion_mnist(True)
-    model = build_model("cnn")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    times = []
-    for i in range(25):
-        x, y = train.images[64 * i:64 * i + 64], train.labels[64 * i:64 * i + 64]
-        began = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-        times.append(time.perf_counter() - began)
-    one = statistics.median(times[5:])
-    return one, one * max(1.0, NODES / (os.cpu_count() or 1))
-
-
-def ratio_rate() -> tuple[str, dict[str, Any]]:
-    """The link rate that gives the small CNN the paper's ratio of dense transfer time to
-    compute per batch: its dense bits / (ratio x its seconds per batch on this machine)."""
-    from p2pnode.models import build_model
-
-    params = sum(p.numel() for p in build_model("cnn").parameters())
-    paper_transfer = PAPER_PARAMS * 32 / PAPER_LINK_BITS
-    ratio = paper_transfer / PAPER_BATCH_S
-    one_core, shared = batch_seconds()
-    bits = params * 32
-    rate_mbit = bits / (ratio * shared) / 1e6
-    rate = f"{max(1, round(rate_mbit))}mbit"
-    return rate, {"rate": rate, "paper_params": PAPER_PARAMS, "paper_dense_transfer_s": round(paper_transfer, 3),
-                  "paper_batch_s": PAPER_BATCH_S, "ratio": round(ratio, 3), "cnn_params": params,
-                  "cnn_dense_mbit": round(bits / 1e6, 3), "cnn_batch_one_core_s": round(one_core, 4),
-                  "cnn_batch_s": round(shared, 4), "nodes": NODES, "cores": __import__("os").cpu_count(),
-                  "rate_mbit": round(rate_mbit, 2)}
+def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(condition, system) of every run, in order: each condition's PLAN (or ``--systems`` in
+    each), the single process only in the first condition."""
+    runs: list[tuple[str, str]] = []
+    for cond in args.conditions:
+        for system in (args.systems or PLAN[cond]):
+            if system == "single" and any(s == "single" for _, s in runs):
+                continue
+            runs.append((cond, system))
+    return runs
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer samples per worker (under 10 minutes)")
-    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
+    ap.add_argument("--systems", nargs="+", default=None, choices=SYSTEMS,
+                    help="run these in every condition (default: each condition's plan, see the docstring)")
     ap.add_argument("--conditions", nargs="+", default=None, choices=CONDITIONS,
-                    help="default: all three (--quick: ratio); the single process runs once, in the first")
-    ap.add_argument("--samples", type=int, default=0, help="training samples per worker (default 30000; quick 5000)")
+                    help="default: all three (--quick: ratio)")
+    ap.add_argument("--samples", type=int, default=0, help="training samples per worker (default 20000; quick 4000)")
     ap.add_argument("--eval-every", type=int, default=0, help="steps between periodic test evaluations")
-    ap.add_argument("--ratio-rate", default="", help="the ratio condition's rate, instead of measuring it")
-    ap.add_argument("--timeout", type=float, default=0, help="seconds one run may take")
+    ap.add_argument("--ratio-rate", default="", help="the ratio condition's rate, instead of the recorded one")
+    ap.add_argument("--measure-ratio", action="store_true",
+                    help="measure the ratio condition's rate on this machine now (default: the recorded measurement)")
+    ap.add_argument("--timeout", type=float, default=0, help="seconds one run may take (default 600; quick 240)")
     ap.add_argument("--port", type=int, default=7871)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "experiment"))
     ap.add_argument("--jsonl", default="", help="the log (default: WORKDIR/experiment.jsonl, started afresh)")
     ap.add_argument("--append", action="store_true", help="add to the log instead of starting it afresh")
     ap.add_argument("--report", action="store_true", help="then write docs/EXPERIMENTS.md from the log")
     args = ap.parse_args()
-    args.samples = args.samples or (4000 if args.quick else 30000)
+    args.samples = args.samples or (4000 if args.quick else 20000)
     args.conditions = args.conditions or (["ratio"] if args.quick else list(CONDITIONS))
     args.eval_every = args.eval_every or (10 if args.quick else 25)
-    args.timeout = args.timeout or (240 if args.quick else 900)
+    args.timeout = args.timeout or (240 if args.quick else 600)
+    if args.quick and args.systems is None:
+        args.systems = [s for s in SYSTEMS if s != "ps-m09"]
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     log = Path(args.jsonl or Path(args.workdir) / "experiment.jsonl")
     if not args.append:
@@ -294,45 +319,61 @@ def main() -> int:
     if (reason := unavailable()) and set(args.conditions) - {"loopback"}:
         print(f"experiment.py: {reason}: only --conditions loopback can run", file=sys.stderr)
         return 2
-    systems = list(args.systems)
-    if "hivemind" in systems and (why := hivemind_unavailable()):
+    runs = plan(args)
+    if any(s == "hivemind" for _, s in runs) and (why := hivemind_unavailable()):
         print(f"experiment.py: skipping hivemind: {why}", file=sys.stderr)
-        systems.remove("hivemind")
+        runs = [(c, s) for c, s in runs if s != "hivemind"]
+    systems = list(dict.fromkeys(s for _, s in runs))
     append_jsonl(log, {"kind": "meta", "command": command_line(), "machine": machine(), "samples": args.samples,
                        "nodes": NODES, "eval_every": args.eval_every, "quick": args.quick, "settings": SETTINGS,
-                       "systems": systems, "conditions": args.conditions})
-    began = time.monotonic()
+                       "systems": systems, "conditions": args.conditions, "timeout": args.timeout})
+    print(f"== {len(runs)} runs: {', '.join(f'{c}/{s}' for c, s in runs)}; {args.samples} samples per worker",
+          flush=True)
+    began, done = time.monotonic(), 0
     for cond in args.conditions:
-        rate = "unlimited"
-        if cond == "300mbit":
-            rate = "300mbit"
-        elif cond == "ratio":
-            rate, why = (args.ratio_rate, {"rate": args.ratio_rate, "why": "--ratio-rate"}) if args.ratio_rate \
-                else ratio_rate()
-            append_jsonl(log, {"kind": "ratio", **why})
-            print(f"== ratio condition: {json.dumps(why)}", flush=True)
+        todo = [s for c, s in runs if c == cond]
+        rate = {"loopback": "unlimited", "300mbit": "300mbit"}.get(cond, "")
+        if cond == "ratio":
+            arith: dict[str, Any] = ({"rate": args.ratio_rate, "why": "--ratio-rate"} if args.ratio_rate
+                                     else measure(NODES) if args.measure_ratio else {**MEASURED, "reused": True})
+            rate = arith["rate"]
+            append_jsonl(log, {"kind": "ratio", **arith})
+            print(f"== ratio condition: {json.dumps(arith)}", flush=True)
+        # the decentralised systems a server-only condition does not run: their loopback runs stand in
+        borrowed = {s: "loopback" for s in PLAN["loopback"] if s != "single" and not s.startswith("ps")
+                    and s not in todo} if SCOPE[cond] == "server" else {}
+        append_jsonl(log, {"kind": "condition", "cond": cond, "rate": rate, "scope": SCOPE[cond],
+                           "capped": {s: capped_text(cond, s, rate) for s in SYSTEMS}, "borrowed": borrowed})
         # a subnet of its own: other benchmarks' topologies use benchlib.netns's default 10.77.0
         topo = Topology(NODES + 1, tag="p2pex", subnet="10.79.0") if cond != "loopback" else None
         if topo is not None:
             topo.up()
-            topo.set_rate(rate)
         try:
-            for system in systems:
-                if system == "single" and cond != args.conditions[0]:
-                    continue  # no network: one run stands for every condition
+            for system in todo:
                 run = f"{cond}/{system}"
                 place = topo.place if topo is not None else loopback
-                print(f"== {run} (link {rate}; {time.monotonic() - began:.0f} s so far)", flush=True)
+                if topo is not None:
+                    topo.set_rate("unlimited")
+                    if (nodes := capped_nodes(cond, system)) != []:
+                        topo.set_rate(rate, nodes)
+                done += 1
+                capped = capped_text(cond, system, rate)
+                print(f"== [{done}/{len(runs)}] {run} (capped: {capped}; {time.monotonic() - began:.0f} s so far; "
+                      f"load {loads()})", flush=True)
+                at_start = loads()
                 runner = run_baseline if system in ("ddp", "hivemind") else run_daemons
                 out = runner(system, cond, run, args, place, topo, log)
                 append_jsonl(log, {"kind": "result", "run": run, "system": system, "cond": cond, "rate": rate,
-                                   "samples": args.samples, "settings": SETTINGS[system], **out})
+                                   "capped": capped, "samples": args.samples, "settings": SETTINGS[system],
+                                   "load": {"start": at_start, "end": loads()}, **out})
                 accs = [n["test_acc"] for n in out["nodes"]]
                 print(f"   done in {out['wall']:.0f} s, ok={out['ok']}, test accuracy {accs}", flush=True)
         finally:
             if topo is not None:
                 topo.down()
-    print(f"all runs in {time.monotonic() - began:.0f} s; log: {log}", flush=True)
+    total = time.monotonic() - began
+    append_jsonl(log, {"kind": "end", "wall": round(total, 1), "load": loads(), "runs": len(runs)})
+    print(f"all {len(runs)} runs in {total:.0f} s ({total / 60:.1f} min); load {loads()}; log: {log}", flush=True)
     if args.report:
         import subprocess
 

@@ -14,112 +14,29 @@ table and figure from a small recorded log).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
-from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchlib.explog import NAMES, ORDER, Log, Run, load
 from benchlib.results import table
 
 #: the paper's figures (Cui 2019, Section IV): VGG-19 on CIFAR-10, 4 workers, 300 Mbit/s
-PAPER = {
+PAPER: dict[str, dict[str, Any]] = {
     "batch": {"decentralised": "0.58-0.73 s", "parameter server": "0.62-3.43 s"},
     "loss": {"decentralised": [0.3670, 0.2103, 0.1774, 0.1688], "parameter server": [0.4877], "single": [0.4192]},
     "train": {"decentralised": [86.7, 92.2, 95.3, 94.5], "parameter server": [96.7], "single": [96.5]},
     "test": {"decentralised": [79.9, 79.6, 79.8, 79.8], "parameter server": [79.5], "single": [83.8]},
 }
-NAMES = {"single": "single process", "ps": "parameter server (p2pnode ps)",
-         "ps-m06": "parameter server, server momentum 0.6", "ddp": "DDP (gloo)",
-         "hivemind": "hivemind", "p2p-paper": "p2pnode, the paper's settings", "p2p-defaults": "p2pnode defaults"}
-ORDER = list(NAMES)
 TARGETS = (0.85, 0.88)
-
-
-@dataclass
-class Run:
-    name: str
-    system: str
-    cond: str
-    result: dict[str, Any] = field(default_factory=dict)
-    samples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-
-    def workers(self) -> list[int]:
-        """The nodes that train batches (a parameter server's workers, not the server)."""
-        roles = {n["node"]: n.get("role", "worker") for n in self.result.get("nodes", [])}
-        return [n for n in sorted(self.samples) if roles.get(n, "worker") == "worker"]
-
-    def judged(self) -> list[dict[str, Any]]:
-        """The final models that stand for the system: the server's for a PS, else every node's."""
-        nodes = self.result.get("nodes", [])
-        server = [n for n in nodes if n.get("role") == "server"]
-        return server or nodes
-
-    def batch_seconds(self) -> list[float]:
-        """Seconds per batch of every worker: each poll interval's time over the batches in it."""
-        out: list[float] = []
-        for n in self.workers():
-            for a, b in pairwise(self.samples[n]):
-                if b["step"] > a["step"]:
-                    out += [(b["t"] - a["t"]) / (b["step"] - a["step"])] * (b["step"] - a["step"])
-        return out
-
-    def accuracy_curve(self) -> list[tuple[float, float]]:
-        """(seconds, test accuracy): the server's for a PS, else the mean of every node's latest."""
-        roles = {n["node"]: n.get("role", "worker") for n in self.result.get("nodes", [])}
-        nodes = [n for n in self.samples if roles.get(n) == "server"] or list(self.samples)
-        events = sorted((s["t"], n, s["acc"]) for n in nodes for s in self.samples[n] if s.get("acc") is not None)
-        latest: dict[int, float] = {}
-        curve = []
-        for t, n, acc in events:
-            latest[n] = acc
-            curve.append((t, statistics.mean(latest.values())))
-        return curve
-
-    def time_to(self, target: float) -> float | None:
-        return next((t for t, acc in self.accuracy_curve() if acc >= target), None)
-
-    def final_losses(self) -> list[float]:
-        """Per node: the mean of its last five logged batch losses (the PS: the server's)."""
-        roles = {n["node"]: n.get("role", "worker") for n in self.result.get("nodes", [])}
-        nodes = [n for n in self.samples if roles.get(n) == "server"] or sorted(self.samples)
-        out = []
-        for n in nodes:
-            losses = [s["loss"] for s in self.samples[n] if s.get("loss") is not None]
-            if losses:
-                out.append(statistics.mean(losses[-5:]))
-        return out
-
-
-def load(path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Run]]:
-    """(meta, ratio arithmetic, runs by name) from the log."""
-    meta: dict[str, Any] = {}
-    commands: list[str] = []
-    ratio: dict[str, Any] = {}
-    runs: dict[str, Run] = {}
-    for line in path.read_text().splitlines():
-        rec = json.loads(line)
-        kind = rec.get("kind")
-        if kind == "meta":  # several when runs were appended (--append): the settings are the same
-            commands.append(f"{rec.get('command', '?')}  # {rec.get('machine', '')}")
-            meta = {**rec, "commands": commands, "systems": [*meta.get("systems", []), *rec.get("systems", [])]}
-        elif kind == "ratio":  # a later run given --ratio-rate keeps the measured arithmetic shown
-            if "ratio" in rec or "ratio" not in ratio:
-                ratio = rec
-        elif kind == "sample":
-            cond, _, system = rec["run"].partition("/")
-            run = runs.setdefault(rec["run"], Run(rec["run"], system, cond))
-            run.samples.setdefault(rec["node"], []).append(rec)
-        elif kind == "result":
-            run = runs.setdefault(rec["run"], Run(rec["run"], rec["system"], rec["cond"]))
-            run.result = rec
-    return meta, ratio, runs
+#: the parameter servers a goal is judged against, each that ran
+SERVERS = ("ps", "ps-m09", "ps-m06")
+__all__ = ["NAMES", "report"]
 
 
 def pct(values: list[float | None]) -> str:
@@ -136,30 +53,48 @@ def quantile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def conditions(runs: dict[str, Run]) -> list[str]:
-    return list(dict.fromkeys(r.cond for r in runs.values()))
+def label(r: Run, cond: str) -> str:
+    """A run's row name in ``cond``: its system, and where a run of another condition stands in
+    (a system the condition did not run: nothing of it is capped there), which one."""
+    name = NAMES.get(r.system, r.system)
+    return name if r.cond == cond or r.system == "single" else f"{name} (its {r.cond} run)"
 
 
-def in_cond(runs: dict[str, Run], cond: str) -> list[Run]:
-    """The runs of a condition in report order; the single process (no network) in every one."""
-    chosen = [r for r in runs.values() if r.cond == cond]
-    if not any(r.system == "single" for r in chosen):
-        chosen += [r for r in runs.values() if r.system == "single"][:1]
-    return sorted(chosen, key=lambda r: ORDER.index(r.system) if r.system in ORDER else 99)
+def load_text(r: Run) -> str:
+    load = r.result.get("load")
+    return f"{load['start'][0]:.1f} / {load['end'][0]:.1f}" if load else "-"
 
 
-def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) -> str:
+def capped_table(log: Log) -> str:
+    """What each run capped, per condition and system (a stand-in run: which run it is)."""
+    rows = []
+    for cond in log.conditions():
+        c = log.condition(cond)
+        for r in log.in_cond(cond):
+            if r.system == "single":
+                what = "nothing (no network; one run stands for every condition)"
+            elif r.cond != cond:
+                what = (f"nothing: no server, so nothing of this system is capped here; its {r.cond} run stands "
+                        f"in ({log.condition(r.cond).capped.get(r.system) or r.result.get('capped') or r.cond})")
+            else:
+                what = r.result.get("capped") or c.capped.get(r.system) or (
+                    "nothing: every process on 127.0.0.1" if c.scope == "none" else
+                    f"every machine's link{', ' + r.result['rate'] if r.result.get('rate') else ''} each way")
+            rows.append([cond, NAMES.get(r.system, r.system), what])
+    return table(["network", "system", "capped"], rows, "lll")
+
+
+def tables(log: Log) -> str:
     out = []
     paper_t1 = table(["", "decentralised (paper)", "parameter server (paper)"],
                      [["seconds per batch", PAPER["batch"]["decentralised"], PAPER["batch"]["parameter server"]]])
     out.append(f"### Table I: seconds per batch\n\nThe paper (VGG-19, CIFAR-10, 300 Mbit/s):\n\n{paper_t1}\n")
-    for cond in conditions(runs):
+    for cond in log.conditions():
         rows = []
-        for r in in_cond(runs, cond):
+        for r in log.in_cond(cond):
             b = r.batch_seconds()
-            rows.append([NAMES.get(r.system, r.system)] + ([f"{min(b):.3f}", f"{statistics.median(b):.3f}",
-                                                            f"{quantile(b, 0.95):.3f}", f"{max(b):.3f}"]
-                                                           if b else ["-"] * 4))
+            rows.append([label(r, cond)] + ([f"{min(b):.3f}", f"{statistics.median(b):.3f}",
+                                             f"{quantile(b, 0.95):.3f}", f"{max(b):.3f}"] if b else ["-"] * 4))
         out.append(f"Ours, **{cond}** (seconds per batch of each worker, min / median / p95 / max):\n\n"
                    + table(["system", "min", "median", "p95", "max"], rows) + "\n")
     paper_rows = [["decentralised", ", ".join(f"{v:.4f}" for v in PAPER["loss"]["decentralised"]),
@@ -170,21 +105,21 @@ def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) ->
     out.append("### Final loss (Fig. 8-10) and Tables II-III: training and test accuracy per node\n\n"
                "The paper, per node:\n\n" + table(["", "final loss", "training accuracy (Table II)",
                                                    "test accuracy (Table III)"], paper_rows) + "\n")
-    for cond in conditions(runs):
+    for cond in log.conditions():
         rows = []
-        for r in in_cond(runs, cond):
+        for r in log.in_cond(cond):
             nodes = r.judged()
-            rows.append([NAMES.get(r.system, r.system), ", ".join(f"{v:.4f}" for v in r.final_losses()) or "-",
+            rows.append([label(r, cond), ", ".join(f"{v:.4f}" for v in r.final_losses()) or "-",
                          pct([n.get("train_acc") for n in nodes]), pct([n.get("test_acc") for n in nodes])])
         out.append(f"Ours, **{cond}** (final loss: the mean of each node's last 5 logged batch losses; accuracy: "
                    f"the final model on the 10 000 test images and on the first 5 000 training images; a parameter "
                    f"server's row is its server's model):\n\n"
                    + table(["system", "final loss per node", "training accuracy", "test accuracy"], rows) + "\n")
     rows = []
-    for cond in conditions(runs):
-        for r in in_cond(runs, cond):
-            if r.system == "single" and cond != r.cond:
-                continue
+    for cond in log.conditions():
+        for r in log.in_cond(cond):
+            if r.cond != cond:
+                continue  # a stand-in's figures are in its own condition's rows
             nodes = r.result.get("nodes", [])
             moved = [n.get("bytes") for n in nodes if n.get("bytes") is not None]
             source = {n.get("bytes_source") for n in nodes} - {None}
@@ -192,55 +127,74 @@ def tables(meta: dict[str, Any], ratio: dict[str, Any], runs: dict[str, Run]) ->
                          secs(r.time_to(0.88)),
                          f"{r.result.get('wall', 0):.0f} s",
                          (f"{statistics.median(moved) / 1e6:.0f} MB ({', '.join(sorted(source))})" if moved else "-")
-                         + (f"; server {nodes[0]['bytes'] / 1e6:.0f} MB" if r.system.startswith("ps") and moved else "")])
+                         + (f"; server {nodes[0]['bytes'] / 1e6:.0f} MB" if r.system.startswith("ps") and moved else ""),
+                         load_text(r)])
     out.append("### Time to 85 % and 88 % test accuracy, and bytes per node\n\nTime from the first training step "
                "to the first periodic evaluation at or above the target (the mean over nodes of their latest "
                "evaluation; a parameter server's: the server's model). Bytes per node: the median node's link "
                "counters in both directions (link), what its HTTP client and server moved (http), or what "
-               "all-reduce moves (computed).\n\n"
-               + table(["network", "system", "to 75 %", "to 85 %", "to 88 %", "training time", "bytes per node"], rows)
+               "all-reduce moves (computed). Load: this machine's 1-minute load average when the run started "
+               "and when it ended (2 cores; 4 workers a run).\n\n"
+               + table(["network", "system", "to 75 %", "to 85 %", "to 88 %", "training time", "bytes per node",
+                        "load start / end"], rows)
                + "\n")
     return "\n".join(out)
 
 
-def goals(runs: dict[str, Run]) -> str:
-    """Issue 11's goals, judged from the log: met or not, with the numbers."""
+def goals(log: Log) -> str:
+    """Issue 11's goals, judged from the log: met or not, with the numbers. With every link
+    capped: p2pnode 3x sooner to 85 % than each parameter server, sooner than DDP and hivemind,
+    within 1 pt of the single process; with only the server's link capped (the paper's setup):
+    the paper's ordering, decentralised faster per batch and to 85 % than the parameter server."""
     lines = []
-    for cond in [c for c in conditions(runs) if c != "loopback"]:
-        by = {r.system: r for r in in_cond(runs, cond)}
+    for cond in log.conditions():
+        scope = log.condition(cond).scope
+        if scope not in ("every", "server"):
+            continue
+        by = {r.system: r for r in log.in_cond(cond)}
         p2p = [by[s] for s in ("p2p-defaults", "p2p-paper") if s in by]
         if not p2p:
             continue
         best = min(p2p, key=lambda r: r.time_to(0.85) or float("inf"))
         t = best.time_to(0.85)
-        servers = [s for s in ("ps", "ps-m06") if s in by] or ["ps"]  # each parameter server that ran
-        for other, factor in [*((s, 3.0) for s in servers), ("ddp", 1.0), ("hivemind", 1.0)]:
+        servers = [s for s in SERVERS if s in by]
+        for server in servers:  # the paper's ordering (Table I; its Fig. 8-10 in time): decentralised first
+            ours, theirs = best.batch_seconds(), by[server].batch_seconds()
+            o = by[server].time_to(0.85)
+            if not (ours and theirs):
+                continue
+            a, b = statistics.median(ours), statistics.median(theirs)
+            per_batch, to_acc = a < b, t is not None and (o is None or t < o)
+            verdict = "holds" if per_batch and to_acc else (
+                "holds per batch only" if per_batch else "holds to 85 % only" if to_acc else "does not hold")
+            where = "only the server's link capped, the paper's setup" if scope == "server" else "every link capped"
+            lines.append(f"- {cond} ({where}): the paper's ordering, {label(best, cond)} against the "
+                         f"{NAMES[server]}: median batch {a:.3f} s against {b:.3f} s; to 85 %: {secs(t)} against "
+                         f"{secs(o)}: **{verdict}**.")
+        if scope == "server":
+            continue
+        for other, factor in [*((s, 3.0) for s in servers or ["ps"]), ("ddp", 1.0), ("hivemind", 1.0)]:
             if other not in by:
                 lines.append(f"- {cond}: {NAMES[other]} did not run.")
                 continue
             o = by[other].time_to(0.85)
             met = t is not None and (o is None or o >= factor * t)
-            lines.append(f"- {cond}: {NAMES[best.system]} to 85 %: {secs(t)}; {NAMES[other]}: {secs(o)}; goal "
-                         f"{f'{factor:g}x sooner' if factor > 1 else 'sooner'}: **{'met' if met else 'missed'}**.")
-        for server in [s for s in servers if s in by]:  # the paper's ordering: Table I's decentralised
-            ours, theirs = best.batch_seconds(), by[server].batch_seconds()  # batches faster than the server's
-            if ours and theirs:
-                a, b = statistics.median(ours), statistics.median(theirs)
-                lines.append(f"- {cond}: the paper's ordering (Table I: decentralised batches faster than the "
-                             f"{NAMES[server]}'s): median {a:.3f} s against {b:.3f} s: "
-                             f"**{'holds' if a < b else 'does not hold'}**.")
+            ratio = f" ({o / t:.1f}x)" if t and o else ""
+            lines.append(f"- {cond} (every link capped): {NAMES[best.system]} to 85 %: {secs(t)}; {NAMES[other]}: "
+                         f"{secs(o)}{ratio}; goal {f'{factor:g}x sooner' if factor > 1 else 'sooner'}: "
+                         f"**{'met' if met else 'missed'}**.")
         singles = [n["test_acc"] for n in by["single"].judged() if n.get("test_acc") is not None] if "single" in by else []
         if singles:
             single = statistics.mean(singles)
             accs = [n["test_acc"] for n in best.judged() if n.get("test_acc") is not None]
             gap = 100 * (single - min(accs)) if accs else None
             lines.append(f"- {cond}: {NAMES[best.system]} ends at {pct([min(accs)]) if accs else '-'} (worst node), "
-                         f"the single process at {pct([single])}: within 1 pt: "
+                         f"the single process at {pct([single])} (same samples per node): within 1 pt: "
                          f"**{'met' if gap is not None and gap <= 1.0 else 'missed'}**.")
     return "\n".join(lines) or "- no capped condition in this log."
 
 
-def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
+def figures(log: Log, outdir: Path) -> list[tuple[Path, str]]:
     """Every figure as a PNG in ``outdir``; (path, caption) of each."""
     import matplotlib
 
@@ -249,8 +203,8 @@ def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
 
     outdir.mkdir(parents=True, exist_ok=True)
     made = []
-    for cond in conditions(runs):
-        chosen = [r for r in in_cond(runs, cond) if r.samples]
+    for cond in log.conditions():
+        chosen = [r for r in log.in_cond(cond) if r.samples]
         if not chosen:
             continue
         fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen), 2.8), squeeze=False)
@@ -258,7 +212,7 @@ def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
             b = r.batch_seconds()
             if b:
                 ax.hist(b, bins=30, color="tab:blue")
-            ax.set_title(NAMES.get(r.system, r.system), fontsize=8)
+            ax.set_title(label(r, cond), fontsize=8)
             ax.set_xlabel("seconds per batch", fontsize=8)
             ax.tick_params(labelsize=7)
         axes[0][0].set_ylabel("batches", fontsize=8)
@@ -275,7 +229,7 @@ def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
                 ys = [p["loss"] for p in pts if p.get("loss") is not None]
                 if xs:
                     ax.plot(xs, ys, linewidth=0.7, label=f"node {n}")
-            ax.set_title(NAMES.get(r.system, r.system), fontsize=8)
+            ax.set_title(label(r, cond), fontsize=8)
             ax.set_xlabel("samples (per node; the server: all)", fontsize=7)
             ax.tick_params(labelsize=7)
         axes[0][0].set_ylabel("training loss", fontsize=8)
@@ -290,7 +244,7 @@ def figures(runs: dict[str, Run], outdir: Path) -> list[tuple[Path, str]]:
         for r in chosen:
             curve = r.accuracy_curve()
             if curve:
-                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=NAMES.get(r.system, r.system))
+                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=label(r, cond))
         for target in TARGETS:
             ax.axhline(100 * target, color="grey", linewidth=0.5, linestyle=":")
         ax.set_xlabel("seconds since the first training step")
@@ -315,12 +269,16 @@ def last_line(failed: Any) -> str:
 def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None = None) -> str:
     """Write the page; ``notes`` (markdown), when given and present, is its "Reading" section:
     what a person concluded from these numbers, kept beside the log it reads."""
-    meta, ratio, runs = load(log)
-    made = figures(runs, figdir)
+    data = load(log)
+    meta, ratio, runs = data.meta, data.ratio, data.runs
+    made = figures(data, figdir)
     # what each run was given (its result record), over the last command's list
     settings = {**meta.get("settings", {}), **{r.system: r.result["settings"] for r in runs.values()
                                                if r.result.get("settings")}}
     settings = {k: settings[k] for k in sorted(settings, key=lambda k: ORDER.index(k) if k in ORDER else 99)}
+    took = "".join(f"- the command ran {e['runs']} runs in {e['wall'] / 60:.1f} minutes (wall time, start-up and "
+                   f"final evaluations included); load average at its end {', '.join(f'{v:.1f}' for v in e['load'])} "
+                   f"(1, 5, 15 min)\n" for e in data.ends)
     parts = [
         "# Experiments: the paper's evaluation, reproduced\n",
         ("Generated from a log of `scripts/experiment.py` by `scripts/experiment_report.py`: do not edit by hand. "
@@ -335,9 +293,13 @@ def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None 
         f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9, cosine schedule "
         f"over its samples; gradient clipping at norm 5 and a linear learning-rate warm-up over 3200 samples in "
         f"p2pnode's processes (single, PS, p2pnode: its defaults) and in hivemind (the same recipe), none in DDP; "
-        f"1 torch thread a process (OMP_NUM_THREADS=1)\n"),
+        f"1 torch thread a process (OMP_NUM_THREADS=1)\n{took}"),
         "## Settings of every system\n\n" + table(["system", "settings"],
                                                   [[NAMES.get(k, k), v] for k, v in settings.items()], "ll") + "\n",
+        "## What each condition caps\n\nEvery machine of a capped condition is a network namespace of its own on "
+        "one bridge; a capped link is limited both ways (`tc tbf` on both ends of its veth). Where a condition "
+        "caps nothing of a system, that system's run in another condition stands in for it (named in the row).\n\n"
+        + capped_table(data) + "\n",
     ]
     if ratio:
         if "ratio" in ratio:
@@ -351,14 +313,17 @@ def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None 
                 f"training batch took {ratio['cnn_batch_one_core_s']} s on one core here (median of 20), and "
                 f"{ratio['nodes']} workers share {ratio['cores']} cores, so a worker's batch takes "
                 f"{ratio['cnn_batch_s']} s; the same ratio needs {ratio['cnn_dense_mbit']} Mbit / ({ratio['ratio']} x "
-                f"{ratio['cnn_batch_s']} s) = {ratio['rate_mbit']} Mbit/s: links capped at **{ratio['rate']}**.\n")
+                f"{ratio['cnn_batch_s']} s) = {ratio['rate_mbit']} Mbit/s: links capped at **{ratio['rate']}**"
+                + (f" (measured {ratio['measured']}" if ratio.get("measured") else "")
+                + ("; this run reuses that measurement (benchlib/ratio.py), as the batch time on shared cores moves "
+                   "with the load" if ratio.get("reused") else "") + (")" if ratio.get("measured") else "") + ".\n")
         else:
             parts.append(f"## The ratio condition's link rate\n\n{ratio.get('rate')}: {ratio.get('why')}\n")
-    parts.append("## Tables\n\n" + tables(meta, ratio, runs))
+    parts.append("## Tables\n\n" + tables(data))
     short = ("\nThis log is a `--quick` one: too few samples per worker for 85 % test accuracy (the time to 75 % "
-             "stands in above). The goals are decided by the full run (30 000 samples per worker, every "
-             "condition), which this report does not include.\n" if meta.get("quick") else "")
-    parts.append("## Goals of issue 11\n" + short + "\n" + goals(runs) + "\n")
+             "stands in above). The goals are decided by the full run (every condition, 20 000 samples "
+             "per worker), which this report does not include.\n" if meta.get("quick") else "")
+    parts.append("## Goals of issue 11\n" + short + "\n" + goals(data) + "\n")
     failed = [f"- {r.name}: {last_line(r.result.get('failed')) or 'did not finish'}" for r in runs.values()
               if r.result and not r.result.get("ok", True)]
     if failed:

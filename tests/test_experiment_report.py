@@ -1,6 +1,8 @@
 """The experiment report (scripts/experiment_report.py) from a small recorded log of
-scripts/experiment.py (tests/data/experiment_small.jsonl, thinned): every table and figure is
-built, the paper's figures stand beside ours, and our numbers are the log's. No training."""
+scripts/experiment.py (tests/data/experiment_small.jsonl: the default plan, all three
+conditions, 1 500 samples per worker, every other poll kept): every table and figure is built,
+the paper's figures stand beside ours, what each run capped is printed (the server-only
+condition with its stand-in runs named), the goals are judged from the log's numbers. No training."""
 
 from __future__ import annotations
 
@@ -55,6 +57,44 @@ def test_report_builds_every_table_and_figure_from_the_log(tmp_path: Path) -> No
     per = [(b["t"] - a["t"]) / (b["step"] - a["step"]) for a, b in pairwise(pts) if b["step"] > a["step"]
            for _ in range(b["step"] - a["step"])]
     assert f"| {rep.NAMES['single']} | {min(per):.3f} | {statistics.median(per):.3f} |" in text
+
+    # what each run capped, per condition; a condition that caps nothing of a system (300mbit: only
+    # the server's link) shows that system's run of the condition that stands in for it, named so
+    conditions = {r["cond"]: r for r in recs if r["kind"] == "condition"}
+    assert conditions["300mbit"]["scope"] == "server" and conditions["ratio"]["scope"] == "every"
+    for r in results:
+        capped = "nothing (no network; one run stands for every condition)" if r["system"] == "single" else r["capped"]
+        assert f"| {r['cond']} | {rep.NAMES[r['system']]} | {capped} |" in text, r["run"]
+    for system, other in conditions["300mbit"]["borrowed"].items():
+        assert f"| 300mbit | {rep.NAMES[system]} | nothing: no server" in text
+        assert f"| {rep.NAMES[system]} (its {other} run) |" in text
+    # each run's load at its start and end, and the whole command's wall time, are printed
+    for r in results:
+        assert f"| {r['load']['start'][0]:.1f} / {r['load']['end'][0]:.1f} |" in text, r["run"]
+    end = next(r for r in recs if r["kind"] == "end")
+    assert f"ran {end['runs']} runs in {end['wall'] / 60:.1f} minutes" in text
+
+    # the goals: with only the server's link capped, the paper's ordering against each parameter
+    # server, with the medians of the log (the decentralised side: the stand-in loopback run)
+    def median_batch(run: str) -> float:
+        roles = {n["node"]: n.get("role", "worker") for n in next(r for r in results if r["run"] == run)["nodes"]}
+        per: list[float] = []
+        for node in {s["node"] for s in recs if s["kind"] == "sample" and s["run"] == run}:
+            if roles.get(node) != "worker":
+                continue
+            pts = [s for s in recs if s["kind"] == "sample" and s["run"] == run and s["node"] == node]
+            per += [(b["t"] - a["t"]) / (b["step"] - a["step"]) for a, b in pairwise(pts) if b["step"] > a["step"]
+                    for _ in range(b["step"] - a["step"])]
+        return statistics.median(per)
+
+    goals = text[text.index("## Goals of issue 11"):text.index("## Figures")]
+    for server in ("ps", "ps-m09"):
+        line = next(ln for ln in goals.splitlines() if ln.startswith("- 300mbit (only the server's link capped")
+                    and f"against the {rep.NAMES[server]}:" in ln)
+        a, b = median_batch("loopback/p2p-defaults"), median_batch(f"300mbit/{server}")
+        assert f"median batch {a:.3f} s against {b:.3f} s" in line, line
+        assert "(its loopback run)" in line and ("**holds" if a < b else "**does not hold") in line
+    assert "- ratio (every link capped):" in goals and "3x sooner" in goals
 
     # three figures a condition, real PNGs, each shown with the command that made it under it
     pngs = sorted(figs.glob("*.png"))
