@@ -151,13 +151,18 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
         opt.step()
         steplog.step(step + 1, float(loss.detach()), model)
     seconds = time.monotonic() - start
+    # Leave the averaging now: a finished peer's averager stays in the DHT and is picked for the
+    # others' groups (target_group_size), which then wait out averaging_timeout for a peer that
+    # no longer steps: in the first full run, the three slower peers' last ~70 steps took 150-360 s
+    # after the fastest finished. Without it they form a group of the peers still training.
+    epochs = int(opt.local_epoch)
+    opt.shutdown()
     steplog.close(model)
     accuracy = evaluate(model, test)
-    barrier(run, "done", rank)  # the last averages need the peers' DHT nodes up
-    opt.shutdown()
+    barrier(run, "done", rank)  # the peers' last rounds find the DHT nodes up
     dht.shutdown()
     return {"rank": rank, "seconds": seconds, "accuracy": accuracy, "steps": run.steps, "of_steps": run.steps,
-            "epochs": int(opt.local_epoch), **asdict(run)}
+            "epochs": epochs, **asdict(run)}
 
 
 def lr_factor(run: HivemindRun, epoch: int) -> float:

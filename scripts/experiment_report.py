@@ -286,7 +286,8 @@ def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None 
         "the small CNN on Fashion-MNIST on one machine, every system on the same model, data (one shard per "
         "worker), batch size 64 and samples per worker, each machine in its own network namespace where a "
         "condition caps links (`tc tbf` both ways).\n"),
-        "```\n" + "\n".join(f"sudo {c}" for c in meta.get("commands", [])) + f"\n{command}\n```\n",
+        "```\n" + "\n".join(f"sudo {c}" for c in meta.get("commands", []))
+        + f"\n{command}  # this page alone, again from the log (the full run does it at its end)\n```\n",
         (f"- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
         f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
         f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN (421 642 parameters, "
