@@ -329,11 +329,11 @@ def main() -> int:
         args.systems = [s for s in SYSTEMS if s != "ps-m09"]
     Path(args.workdir).mkdir(parents=True, exist_ok=True)
     log = Path(args.jsonl or Path(args.workdir) / "experiment.jsonl")
-    if not args.append:
-        log.unlink(missing_ok=True)
     if (reason := unavailable()) and set(args.conditions) - {"loopback"}:
         print(f"experiment.py: {reason}: only --conditions loopback can run", file=sys.stderr)
-        return 2
+        return 2  # before the log is started afresh: a refused run leaves the last one's log
+    if not args.append:
+        log.unlink(missing_ok=True)
     runs = plan(args)
     if any(s == "hivemind" for _, s in runs) and (why := hivemind_unavailable()):
         print(f"experiment.py: skipping hivemind: {why}", file=sys.stderr)
