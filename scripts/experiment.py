@@ -33,8 +33,8 @@ docs/EXPERIMENTS.md with the paper's tables side by side and the figures
     sudo .venv/bin/python scripts/experiment.py           # the full run: 13 runs, 20 000 samples per worker
 
 The full run (no flags) writes its log to docs/experiments/full.jsonl and then docs/EXPERIMENTS.md
-with its figures; it took ~35-45 minutes on this 2-core machine (the report says how long, with
-the load averages). 20 000 samples per worker, not the 30 000 of the first full run, to fit that:
+with its figures; it took 30.4 minutes on this 2-core machine, shared, load average 0.1-4.3 (the
+report says how long, with the load averages). 20 000 samples per worker, not the 30 000 of the first full run, to fit that:
 p2pnode still reaches 85 % early and ends within 1 pt of the single process for the same samples.
 
 Needs root for the namespaces (without it, only ``--conditions loopback`` runs).
@@ -96,7 +96,8 @@ PS_SERVER = ["--set", "node.role=ps", "--set", "compression.publish=topk:density
 PS_M09 = ["--set", "training.momentum=0.9"]
 PS_WORKER = ["--set", "node.role=ps-worker", "--set", "exchange.timeout=20", "--set", "training.eval_every=0"]
 SETTINGS = {
-    "single": "one p2pnode worker alone on one shard: momentum SGD 0.9, lr 0.2, cosine, batch 64",
+    "single": "one p2pnode worker alone on the whole training set (--shard 0/1), the same samples as one worker: "
+              "momentum SGD 0.9, lr 0.2, cosine, batch 64",
     "ps": "p2pnode node.role=ps + 4 ps-workers: dense gradient pushes, dense weights, momentum SGD on the server "
           "with momentum 0.6 (0.9 less asynchrony's implicit momentum ~1 - 1/4), lr 0.05 per push (0.2 / 4), "
           "cosine over all pushes, asynchronous: " + " ".join(PS_SERVER[1::2]),

@@ -291,8 +291,8 @@ def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None 
         (f"- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
         f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
         f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN (421 642 parameters, "
-        f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9, cosine schedule "
-        f"over its samples; gradient clipping at norm 5 and a linear learning-rate warm-up over 3200 samples in "
+        f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9 (a parameter server's "
+        f"own: its settings below), cosine schedule over its samples; gradient clipping at norm 5 and a linear learning-rate warm-up over 3200 samples in "
         f"p2pnode's processes (single, PS, p2pnode: its defaults) and in hivemind (the same recipe), none in DDP; "
         f"1 torch thread a process (OMP_NUM_THREADS=1)\n{took}"),
         "## Settings of every system\n\n" + table(["system", "settings"],
