@@ -29,6 +29,7 @@ images (a parameter server: its server's model). Everything goes to one JSON-lin
 docs/EXPERIMENTS.md with the paper's tables side by side and the figures
 (``scripts/experiment_report.py``).
 
+    sudo bash scripts/experiment.sh                       # from a fresh clone: .venv, the bench extra, the full run
     sudo .venv/bin/python scripts/experiment.py --quick   # ratio only, 4 000 samples: under 10 minutes
     sudo .venv/bin/python scripts/experiment.py           # the full run: 13 runs, 20 000 samples per worker
 
@@ -333,12 +334,14 @@ def main() -> int:
     if (reason := unavailable()) and set(args.conditions) - {"loopback"}:
         print(f"experiment.py: {reason}: only --conditions loopback can run", file=sys.stderr)
         return 2  # before the log is started afresh: a refused run leaves the last one's log
-    if not args.append:
-        log.unlink(missing_ok=True)
     runs = plan(args)
     if any(s == "hivemind" for _, s in runs) and (why := hivemind_unavailable()):
-        print(f"experiment.py: skipping hivemind: {why}", file=sys.stderr)
-        runs = [(c, s) for c, s in runs if s != "hivemind"]
+        # refused, not skipped: a report without its hivemind rows would replace the last whole one
+        print(f"experiment.py: {why} (scripts/experiment.sh installs it; or leave hivemind out with --systems)",
+              file=sys.stderr)
+        return 2
+    if not args.append:
+        log.unlink(missing_ok=True)
     systems = list(dict.fromkeys(s for _, s in runs))
     append_jsonl(log, {"kind": "meta", "command": command_line(), "machine": machine(), "samples": args.samples,
                        "nodes": NODES, "eval_every": args.eval_every, "quick": args.quick, "settings": SETTINGS,
