@@ -231,6 +231,7 @@ class Node:
                 log.info("waiting for peers before the first step: %d of %d alive (training.min_peers)", have, want)
             state.waiting_for_peers = [have, want]
             await asyncio.sleep(0.5)
+        state.waiting_for_peers = None
         await self.supervisor.begin()
 
     async def _stopper(self) -> None:

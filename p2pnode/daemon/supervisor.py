@@ -205,7 +205,6 @@ class WorkerSupervisor:
     async def begin(self) -> None:
         """Let training start (training.min_peers met): this worker now, every later one at hello."""
         self.begun = True
-        self.state.waiting_for_peers = None
         if self.pipe.attached and self.state.worker_alive:
             await self.pipe.send(Begin())
 
