@@ -47,8 +47,13 @@ class Pane:
         self._run("send-keys", "-t", "w", *keys)
 
     def exit_status(self) -> int | None:
-        dead, status = self._run("display-message", "-p", "-t", "w", "#{pane_dead} #{pane_dead_status}").split()
-        return int(status) if dead == "1" else None
+        """None while the command runs; its exit status once it ended, 128 + N if signal N killed it
+        (tmux leaves ``pane_dead_status`` empty then, and while the pane lives)."""
+        dead, status, signal = self._run("display-message", "-p", "-t", "w",
+                                         "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}").strip().split(":")
+        if dead != "1":
+            return None
+        return int(status) if status else 128 + int(signal or 0)
 
     def close(self) -> None:
         subprocess.run([self.tmux, "-L", self.server, "kill-server"], capture_output=True, timeout=10)
@@ -103,7 +108,10 @@ def test_watch_redraws_the_cluster_table_in_place(cluster: Any, tmux: str) -> No
         assert whole.count("p2pnode cluster via") == 1, whole
         assert whole.count("smp/s") == 1, whole
         pane.keys("C-c")
-        wait_for(lambda: pane.exit_status() is not None, 30, "the watch to end on Ctrl-C")  # a loaded CI machine took over 10 s once
+        try:  # a loaded CI machine took over 10 s once
+            wait_for(lambda: pane.exit_status() is not None, 30, "the watch to end on Ctrl-C")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- the screen:\n{pane.screen()}") from None
         assert pane.exit_status() == 0
         assert step_of(pane.screen(), ids[1]) is not None  # the last table stays on screen
     finally:
