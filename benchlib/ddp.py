@@ -41,6 +41,7 @@ class DdpRun:
     partition_seed: int = 0
     log_dir: str = ""  #: where each rank writes its per-step records and final model (benchlib/steplog.py)
     eval_every: int = 0  #: with log_dir: rank 0 evaluates every this many steps
+    seed: int = 0  #: the initial model and every rank's batch order (repeats of a benchmark: 0, 1, 2...)
 
     @property
     def steps(self) -> int:
@@ -100,7 +101,7 @@ def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: floa
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    gen = torch.Generator().manual_seed(rank + 1)
+    gen = torch.Generator().manual_seed(rank + 1 + 1000 * run.seed)
     kill_at = run.kill_at if rank == run.workers - 1 else 0
     order, pos = torch.randperm(len(train), generator=gen), 0
     for step in range(run.steps):
@@ -139,7 +140,7 @@ def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
     os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(run.port))
     dist.init_process_group("gloo", rank=rank, world_size=run.workers)
     train = shard(fashion_mnist(True), rank, run.workers, run.partition, run.partition_seed)
-    torch.manual_seed(0)
+    torch.manual_seed(run.seed)
     model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"))
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())

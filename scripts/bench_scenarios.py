@@ -125,15 +125,17 @@ class Row:
                 f"{self.seconds:.0f} s" if self.seconds else "-", self.note]
 
 
-def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topology | None) -> Row:
+def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topology | None, seed: int = 0) -> Row:
     run = DdpRun(workers=args.nodes, samples=args.samples, partition=sc.partition, partition_seed=args.partition_seed,
+                 seed=seed,
                  kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0)
     on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5)) if sc.straggler else None
     before = topo.counters()[0] if topo else 0
     env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo else None
     d = run_ddp(run, place, env=env, on_start=on_start)
     sent = (topo.counters()[0] - before) if topo else float(d.get("sent", 0.0))
-    row = Row(sc.name, "DDP (gloo)", sent=sent, seconds=d.get("seconds"))
+    row = Row(sc.name, f"DDP (gloo), seed {seed}" if args.repeat > 1 else "DDP (gloo)", sent=sent,
+              seconds=d.get("seconds"))
     if "failed" in d:
         row.note = f"failed at step {d.get('steps')}/{d.get('of_steps')}: {d['failed'][:80]}"
     elif d["steps"] < d["of_steps"]:
@@ -146,9 +148,9 @@ def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topolo
 
 
 def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any, topo: Topology | None,
-                workdir: Path) -> Row:
+                workdir: Path, seed: int = 0) -> Row:
     extra = ["--set", f"training.partition={sc.partition}", "--set", f"training.partition_seed={args.partition_seed}",
-             *VARIANTS[variant]]
+             *(["--set", f"training.seed={seed}"] if seed else []), *VARIANTS[variant]]
 
     def slow_last(cluster: Cluster) -> DutyCycle | None:
         return DutyCycle([cluster.nodes[-1].pid], 0.5) if sc.straggler else None
@@ -160,7 +162,8 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
                              restart_after=2.0 if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger)
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
     fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == 3)]
-    row = Row(sc.name, f"p2pnode {variant}", res.accuracies, sent, max(fast) if fast else res.max_train_s)
+    row = Row(sc.name, f"p2pnode {variant}" + (f", seed {seed}" if args.repeat > 1 else ""), res.accuracies, sent,
+              max(fast) if fast else res.max_train_s)
     if sc.straggler:
         slow = [r.train_seconds for r in res.rows if r.node == 3 and r.train_seconds is not None]
         row.note = f"fast nodes' time; node 3 took {slow[0]:.0f} s" if slow else ""
@@ -187,6 +190,8 @@ def main() -> int:
     ap.add_argument("--p2p-samples", type=int, default=0,
                     help="training samples per p2pnode node, if not --samples (said in the row's note)")
     ap.add_argument("--partition-seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="DDP's initial model and batch orders, p2pnode's training.seed; repeat r uses seed + r")
     ap.add_argument("--stagger", type=float, default=0.0,
                     help="start p2pnode's node i this many seconds x i after node 0 (DDP cannot: its ranks wait)")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
@@ -200,7 +205,8 @@ def main() -> int:
         ap.error("--stagger with the straggler scenario: its slow node would not be running yet")
     workdir = Path(args.workdir)
     rows: list[Row] = []
-    for _ in range(args.repeat):
+    for rep in range(args.repeat):
+        seed = args.seed + rep  # each repeat a new draw for both systems: DDP is deterministic per seed
         for name in args.scenarios:
             sc = SCENARIOS[name]
             if sc.rate and (reason := unavailable()):
@@ -213,11 +219,11 @@ def main() -> int:
                 place = topo.place if topo is not None else loopback
                 if not args.skip_ddp:
                     print(f"== {name}: DDP", flush=True)
-                    rows.append(run_ddp_row(sc, args, place, topo))
+                    rows.append(run_ddp_row(sc, args, place, topo, seed))
                     print(json.dumps(rows[-1].__dict__), flush=True)
                 for variant in args.variants:
                     print(f"== {name}: p2pnode {variant}", flush=True)
-                    rows.append(run_p2p_row(sc, variant, args, place, topo, workdir))
+                    rows.append(run_p2p_row(sc, variant, args, place, topo, workdir, seed))
                     print(json.dumps(rows[-1].__dict__), flush=True)
             finally:
                 if topo is not None:
