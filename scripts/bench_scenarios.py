@@ -13,7 +13,9 @@ Dirichlet(alpha)), ``classes2`` (2 chunks of label-sorted data per node), ``thin
 at 25 Mbit/s: network namespaces and tc tbf, root only), ``straggler`` (node 3 at half speed:
 SIGSTOP/SIGCONT duty cycle; DDP's rank 3 the same), ``kill`` (node 3 SIGKILLed half-way and
 restarted on its state; DDP's rank 3 killed at the same step: DDP cannot go on). The partition
-seed is the same for both systems. Per scenario and system: per-node accuracy of the final
+seed is the same for both systems; ``--seed`` (repeat r: seed + r) is DDP's initial model and
+batch orders and p2pnode's ``training.seed``, so repeats sample both systems (DDP is deterministic
+per seed; three DDP runs of one seed would be one draw). Per scenario and system: per-node accuracy of the final
 model on the 10 000 test images (min / median / max), spread, bytes sent, training wall time.
 """
 
@@ -83,6 +85,8 @@ VARIANTS: dict[str, list[str]] = {
     "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none"],
     "fp16": ["--set", "compression.value_dtype=float16"],
+    "fp32": ["--set", "compression.value_dtype=float32"],
+    "int8": ["--set", "compression.value_dtype=int8"],
     # one steady partner: every fetch is the single newest delta, served as published (float16 values
     # stay float16; the exponential graph's fetches merge two publishes into a float32 "set" delta)
     "ring-fp16": ["--set", "exchange.peer_selection=ring", "--set", "compression.value_dtype=float16"],
