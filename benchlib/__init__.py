@@ -32,6 +32,10 @@ runs PyTorch DDP (gloo) on the same model and shards, one process per rank, and 
 ``command_line()``, ``write_section(text)`` (replaces one ``## `` section of
 docs/BENCHMARKS.md: only with ``--write``).
 
+``benchlib.testdata``: ``fashion_mnist_short_test(n)`` is a Fashion-MNIST folder (``--data-dir``,
+``train(data_dir=)``) with the whole training set and the test set's first n images: for tests
+whose short runs would spend most of their time evaluating 10 000 test images.
+
 ``benchlib.overhead`` and ``benchlib.puller``: the daemon-overhead benchmark's real worker with
 no daemon, the served node and the emulated peers (scripts/bench_overhead.py).
 

@@ -191,14 +191,16 @@ class TrainResult:
                 "wall_seconds": self.wall_seconds, **self.extra, "rows": [asdict(r) for r in self.rows]}
 
 
-def checkpoint_accuracies(state_dirs: Iterable[Path]) -> list[float | None]:
-    """Each state dir's checkpoint on the whole test set of the default config's data (None:
-    no checkpoint there). Loads torch and the data: for reports after a run."""
+def checkpoint_accuracies(state_dirs: Iterable[Path], data_dir: str = "") -> list[float | None]:
+    """Each state dir's checkpoint on the whole test set of the default config's data, read
+    from ``data_dir`` when set (None: no checkpoint there). Loads torch and the data: for
+    reports after a run."""
     from p2pnode.checkpoint import CHECKPOINT_NAME, load
     from p2pnode.config import Config
     from p2pnode.worker.training import ShardTrainer
 
-    trainer = ShardTrainer(Config())  # the test split and the model architecture
+    cfg = Config.from_dict({"training": {"data_dir": data_dir}}) if data_dir else Config()
+    trainer = ShardTrainer(cfg)  # the test split and the model architecture
     out: list[float | None] = []
     for d in state_dirs:
         state = load(Path(d) / CHECKPOINT_NAME)
@@ -229,7 +231,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           timeout: float = 900.0, place: Place = loopback, kill_last_at: float = 0.0, restart_after: float = -1.0,
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
           on_start: Callable[[Cluster], Any] | None = None,
-          node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0) -> TrainResult:
+          node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
+          data_dir: str = "") -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -237,11 +240,13 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     ``progress(elapsed, statuses)`` is called after every poll (once a second); ``on_start(cluster)``
     once the nodes run (what it returns, if a context manager, is entered then and exited at the end);
     ``node_args(i)``: more arguments for node i alone (after ``extra``); ``stagger`` > 0: node i is
-    started ``i * stagger`` seconds after node 0 (machines that come up at different times)."""
+    started ``i * stagger`` seconds after node 0 (machines that come up at different times);
+    ``data_dir``: the nodes' and the final evaluation's data folder (``benchlib.testdata``)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, extra),
+    data = ["--data-dir", data_dir] if data_dir else []
+    cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, [*data, *extra]),
                                              *(node_args(i) if node_args else ())], port, place)
     last: dict[int, dict[str, Any]] = {}
     killed: int | None = None
@@ -280,7 +285,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
             time.sleep(1.0)
     wall = time.monotonic() - start
     live = [i for i in range(nodes) if i != killed]
-    accs = checkpoint_accuracies(cluster.nodes[i].state_dir for i in live)
+    accs = checkpoint_accuracies((cluster.nodes[i].state_dir for i in live), data_dir)
     rows = []
     for i, acc in zip(live, accs):
         s = last.get(i, {})

@@ -154,9 +154,10 @@ class PoisonProxy:
 def train_attacked(name: str, workdir: Path, nodes: int, samples: int, attack: str, extra: Sequence[str] = (),
                    port: int = 7611, timeout: float = 600.0,
                    progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
-                   ) -> tuple[TrainResult, int]:
+                   data_dir: str = "") -> tuple[TrainResult, int]:
     """``benchlib.cluster.train`` with the last node serving ``attack`` through a proxy ("none":
-    an ordinary run with the same settings); the result and how many poisoned models were served."""
+    an ordinary run with the same settings); the result and how many poisoned models were served.
+    ``data_dir``: the nodes' data folder (``train``'s)."""
     attacker = nodes - 1
     proxy = PoisonProxy(attack, backend=f"127.0.0.1:{port + attacker}") if attack != "none" else None
 
@@ -167,7 +168,7 @@ def train_attacked(name: str, workdir: Path, nodes: int, samples: int, attack: s
         proxy.start()
     try:
         res = train(name, workdir, nodes, samples, [*SETTINGS, *extra], port, timeout, progress=progress,
-                    node_args=advertise)
+                    node_args=advertise, data_dir=data_dir)
     finally:
         if proxy is not None:
             proxy.stop()

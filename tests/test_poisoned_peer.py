@@ -1,23 +1,39 @@
 """One member of four serves a sign-flipped model (benchlib/poison.py: a proxy in front of a real
 node, which its peers verify and keep as a member). With robust averaging (the default) the
-three honest nodes end near the attack-free run and refuse the poisoned models as outliers;
-without it (exchange.robust = none) the same attack wrecks them, so this test can fail.
+three honest nodes end near the attack-free outcome, refuse the poisoned models as outliers and
+never refuse each other's; without it (exchange.robust = none) the same attack wrecks them, so
+this test can fail.
 
-4 real torch nodes on Fashion-MNIST, 4000 samples each, three runs: slow."""
+The attack-free outcome is a measured figure, not a third cluster run here (that run took a
+third of this test's time): ``ATTACK_FREE`` is the honest median of attack-free runs of these
+very settings (4 nodes, ``SAMPLES`` each, the test set's first ``TEST_IMAGES`` images). Broken
+robust averaging gives chance (~0.10) and fails the bar by far; a change of the training
+defaults that moves the attack-free figure by more than the tolerance fails it too, and then
+``ATTACK_FREE`` is measured again (``train_attacked(..., "none", ...)`` with these arguments).
+
+4 real torch nodes on Fashion-MNIST, 4000 samples each, two runs; every evaluation (each node's
+final one, the test's of each checkpoint) on the first 2000 test images (benchlib.testdata):
+the whole test set made evaluation most of the test's time. Slow."""
 
 from __future__ import annotations
 
 import statistics
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchlib.cluster import NodeResult
 from benchlib.poison import train_attacked
+from benchlib.testdata import fashion_mnist_short_test
 
 pytestmark = pytest.mark.slow
 
 SAMPLES = 4000
+TEST_IMAGES = 2000
+#: the honest median of attack-free runs of these settings on the first TEST_IMAGES test images
+#: (0.7765, 0.7695 and 0.773 here, 2026-11; on the whole test set: 0.771 and 0.772)
+ATTACK_FREE = 0.77
 
 
 def honest_median(res_rows: list[NodeResult], attacker: int = 3) -> float:
@@ -26,18 +42,29 @@ def honest_median(res_rows: list[NodeResult], attacker: int = 3) -> float:
     return statistics.median(accs)
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(600)
 def test_one_sign_flipping_member_of_four_leaves_the_honest_nodes_near_the_attack_free_run(tmp_path: Path) -> None:
-    base, _ = train_attacked("base", tmp_path, 4, SAMPLES, "none", port=7661, timeout=300)
-    attacked, served = train_attacked("clip", tmp_path, 4, SAMPLES, "sign-flip", port=7671, timeout=300)
+    data = str(fashion_mnist_short_test(TEST_IMAGES))
+    last: dict[int, dict[str, Any]] = {}
+
+    def keep(elapsed: float, statuses: list[dict[str, Any] | None]) -> None:
+        last.update({i: s for i, s in enumerate(statuses) if s is not None})
+
+    port = 7671
+    attacked, served = train_attacked("clip", tmp_path, 4, SAMPLES, "sign-flip", port=port, timeout=300,
+                                      progress=keep, data_dir=data)
     undefended, _ = train_attacked("none", tmp_path, 4, SAMPLES, "sign-flip", ["--set", "exchange.robust=none"],
-                                   port=7681, timeout=300)
-    b, a, u = honest_median(base.rows), honest_median(attacked.rows), honest_median(undefended.rows)
+                                   port=7681, timeout=300, data_dir=data)
+    a, u = honest_median(attacked.rows), honest_median(undefended.rows)
     assert served > 0
-    print(f"honest median: attack-free {b:.4f}, sign-flip with clipping {a:.4f}, without {u:.4f}")
+    print(f"honest median: sign-flip with clipping {a:.4f}, without {u:.4f} (attack-free: {ATTACK_FREE})")
     # two of the honest nodes meet the attacker (exponential graph over sorted ids): they refused
-    # its models as outliers
+    # its models as outliers...
     assert sum(r.outliers > 0 for r in attacked.rows if r.node != 3) >= 2, attacked.rows
-    assert sum(r.outliers for r in base.rows) == 0, base.rows  # honest models are never refused
-    assert a >= b - 0.02, (b, a)
-    assert u <= b - 0.10, (b, u)  # without robust averaging the attack does real damage
+    # ...and never an honest peer's model (each honest node exchanged with one or two of them)
+    honest = {f"127.0.0.1:{port + i}" for i in range(3)}
+    for i in range(3):
+        refused = {p["addr"]: p["outliers"] for p in last[i]["peers"].values() if p["addr"] in honest}
+        assert refused and not any(refused.values()), (i, last[i]["peers"])
+    assert a >= ATTACK_FREE - 0.02, (ATTACK_FREE, a)
+    assert u <= ATTACK_FREE - 0.10, (ATTACK_FREE, u)  # without robust averaging the attack does real damage

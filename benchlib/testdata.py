@@ -1,0 +1,57 @@
+"""Fashion-MNIST with a shorter test set, for tests of whole clusters that train for seconds.
+
+A node evaluates its final model on the *whole* test set (the product's final figure), and a
+test then evaluates every node's checkpoint again: with 10 000 test images that was most of a
+short run's CPU time (tests/test_poisoned_peer.py: about 5 s per evaluation, 8 per cluster).
+``fashion_mnist_short_test(n)`` is a data folder (``--data-dir``, ``training.data_dir``) with the
+same training files and the test set's first ``n`` images (class-balanced within a few per
+cent: the test file is shuffled), so those evaluations cost n/10 000 of it. Every node and the
+test's own evaluation read the same n images: comparisons between runs stay paired.
+
+The folder is kept under the data cache (``p2pnode.data.default_cache_dir``), named by the
+source's cache entry and ``n``, so it is written once per machine (atomically: built aside,
+then renamed) and the nodes' unpacked cache of it is reused by every later run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from p2pnode.data import FASHION_FILES, default_cache_dir, prepare_fashion_mnist, read_idx
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """``array`` (uint8) as an unsigned-byte IDX file (the header ``read_idx`` checks)."""
+    head = bytes([0, 0, 8, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
+    path.write_bytes(head + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+def fashion_mnist_short_test(n: int, source: Path | None = None, cache: Path | None = None) -> Path:
+    """A Fashion-MNIST folder: the training files of ``source`` (default: the Debian package)
+    linked, the first ``n`` test images and labels written; its path."""
+    if n <= 0:
+        raise ValueError(f"n must be positive, not {n}")
+    base = cache or default_cache_dir()
+    entry = prepare_fashion_mnist(source, base)  # the source's own unpacked files, named by its key
+    raw = entry / "FashionMNIST" / "raw"
+    folder = base / f"{entry.name}-test{n}"
+    if folder.is_dir():
+        return folder
+    tmp = base / f".{folder.name}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in FASHION_FILES[:2]:  # training images and labels: the source's own files
+        (tmp / name).symlink_to((raw / name).resolve())
+    write_idx(tmp / FASHION_FILES[2], read_idx(raw / FASHION_FILES[2], 3)[:n])
+    write_idx(tmp / FASHION_FILES[3], read_idx(raw / FASHION_FILES[3], 1)[:n])
+    try:
+        os.rename(tmp, folder)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not folder.is_dir():
+            raise
+    return folder
