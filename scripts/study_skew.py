@@ -23,6 +23,7 @@ from benchlib.results import append_jsonl
 from p2pnode import partition as parts
 from p2pnode.data import fashion_mnist
 from p2pnode.models import build_model
+from p2pnode.worker.robust import ClipRadius
 
 torch.set_num_threads(1)
 
@@ -42,6 +43,9 @@ def set_flat(model: torch.nn.Module, vec: torch.Tensor) -> None:
 
 #: --value-bits: the kept values rounded to this many bits (symmetric, one scale per tensor); 0: float32
 VALUE_BITS = 0
+#: --dense-below: tensors with fewer entries are published whole; the others at --large-density
+DENSE_BELOW = 0
+FC_DENSITY = 0.0
 
 
 def topk_per_tensor(diff: torch.Tensor, shapes: list[int], density: float) -> torch.Tensor:
@@ -49,7 +53,8 @@ def topk_per_tensor(diff: torch.Tensor, shapes: list[int], density: float) -> to
     i = 0
     for k in shapes:
         seg = diff[i:i + k]
-        kk = max(1, int(k * density)) if density < 1 else k
+        dens = 1.0 if k < DENSE_BELOW else (FC_DENSITY or density)
+        kk = max(1, int(k * dens)) if dens < 1 else k
         idx = seg.abs().topk(kk).indices
         vals = seg[idx]
         if VALUE_BITS:
@@ -94,10 +99,10 @@ def run(args) -> dict:
     ys = [train.labels[torch.from_numpy(p)] for p in shards]
     steps = args.samples // args.batch
     warm = 50
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     base = build_model("cnn", in_channels=1)
     shapes = [p.numel() for p in base.parameters()]
-    gens = [torch.Generator().manual_seed(100 + i) for i in range(n)]
+    gens = [torch.Generator().manual_seed(100 + i + 1000 * args.seed) for i in range(n)]
     orders = [torch.randperm(len(y), generator=g) for y, g in zip(ys, gens)]
     pos = [0] * n
 
@@ -145,8 +150,27 @@ def run(args) -> dict:
         log_prior.append(torch.log((counts + args.prior_eps * counts.sum() / 10) / counts.sum()))  # --m-mix topk: public copies of the momentum buffers
     anchor = [flat(base).clone() for _ in range(n)]  # round start (diloco / qgm-round)
     H = args.every
+    # --robust clip: the daemon's robust averaging (p2pnode/worker/robust.py), one radius per node
+    clippers = [ClipRadius() if args.robust == "clip" else None for _ in range(n)]
+    clip_stats = {"clipped": 0, "refused": 0, "exchanges": 0}
+
+    def clip_scale(i: int, j: int, x: torch.Tensor) -> float:
+        if clippers[i] is None:
+            return 1.0
+        dist = float((xhat[j] - x).norm() / x.norm())
+        d = clippers[i].decide(str(j), dist)
+        clip_stats["exchanges"] += 1
+        clip_stats["clipped"] += d.clipped and not d.refused
+        clip_stats["refused"] += d.refused
+        return 0.0 if d.refused else d.scale
+
     mu = args.beta
     log2 = max(1, int(math.log2(n)))
+    # --pace lr: exchange after a budget of summed learning rate (how far a node can have drifted)
+    # instead of every H steps; the budget gives as many exchanges over the run as every H steps
+    pace_budget = sum(lr_at(s, steps, args.lr, warm) for s in range(steps)) * H / steps
+    pace_acc = 0.0
+    rnd_count = 0
     for s in range(steps):
         lr = lr_at(s, steps, args.lr, warm)
         for i in range(n):
@@ -178,14 +202,21 @@ def run(args) -> dict:
                 mom[i].mul_(args.beta).add_(g)  # inner momentum SGD, buffer reset each round
                 x -= (args.inner_lr_scale * lr) * mom[i]
             set_flat(m, x)
-        if (s + 1) % H == 0:
+        pace_acc += lr
+        if args.pace == "lr":
+            exchange_now = pace_acc >= pace_budget
+        else:
+            exchange_now = (s + 1) % H == 0
+        if exchange_now:
+            pace_acc = 0.0
+            rnd_count += 1
             # publish
             for i in range(n):
                 q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, args.density)
                 xhat[i] += q
                 bytes_sent += (q != 0).sum().item() * 8
                 wire_sent += wire_bytes(q)
-            rnd = (s + 1) // H
+            rnd = rnd_count
             before = [flat(m) for m in models]
             newx = []
             for i in range(n):
@@ -199,7 +230,7 @@ def run(args) -> dict:
                 if args.mix == "choco":  # CHOCO-SGD's consensus step: public copies only
                     newx.append(before[i] + args.w * (xhat[j] - xhat[i]))
                 else:
-                    newx.append((1 - args.w) * before[i] + args.w * xhat[j])
+                    newx.append(before[i] + args.w * clip_scale(i, j, before[i]) * (xhat[j] - before[i]))
             if args.algo == "diloco":
                 # local models mixed through the peer's public copy, then an outer Nesterov step
                 # on the round's displacement from the round start (the pseudo-gradient)
@@ -287,7 +318,7 @@ def run(args) -> dict:
                 if args.mix == "choco":
                     new.append(xs_[i] + 0.5 * (xhat[j] - xhat[i]))
                 else:
-                    new.append(0.5 * xs_[i] + 0.5 * xhat[j])
+                    new.append(xs_[i] + 0.5 * clip_scale(i, j, xs_[i]) * (xhat[j] - xs_[i]))
             xs_ = new
         for i in range(n):
             set_flat(models[i], xs_[i])
@@ -298,6 +329,8 @@ def run(args) -> dict:
     set_flat(models[0], avg)
     out["mean_model_acc"] = evaluate(models[0], test.images, test.labels)
     out["secs"] = time.time() - t0
+    out["rounds"] = rnd_count
+    out["clip"] = clip_stats
     out["bytes_per_node"] = bytes_sent / n
     out["wire_bytes_per_node"] = wire_sent / n
     return out
@@ -336,10 +369,17 @@ def main() -> None:
     ap.add_argument("--c-density", type=float, default=1.0, help="scaffold: bytes counted for c (fraction)")
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-mom", type=float, default=0.9)
+    ap.add_argument("--seed", type=int, default=0, help="initial model and batch orders (0: the study's usual run)")
+    ap.add_argument("--robust", default="none", help="clip: the daemon's robust averaging (exchange.robust)")
+    ap.add_argument("--pace", default="steps", help="steps: exchange every --every steps; lr: after as much summed lr")
+    ap.add_argument("--dense-below", type=int, default=0, help="tensors with fewer entries published whole")
+    ap.add_argument("--large-density", type=float, default=0.0, help="density of the other tensors (0: --density)")
     ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
     args = ap.parse_args()
-    global VALUE_BITS
+    global VALUE_BITS, DENSE_BELOW, FC_DENSITY
     VALUE_BITS = args.value_bits
+    DENSE_BELOW = args.dense_below
+    FC_DENSITY = args.large_density
     res = run(args)
     res["args"] = vars(args)
     line = json.dumps(res)
