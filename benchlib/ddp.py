@@ -42,6 +42,10 @@ class DdpRun:
     log_dir: str = ""  #: where each rank writes its per-step records and final model (benchlib/steplog.py)
     eval_every: int = 0  #: with log_dir: rank 0 evaluates every this many steps
     seed: int = 0  #: the initial model and every rank's batch order (repeats of a benchmark: 0, 1, 2...)
+    #: p2pnode's defaults (training.warmup_samples, training.grad_clip), so both systems take the
+    #: same steps: without them DDP at lr 0.2 and momentum 0.9 ended at chance with seed 1 (IID)
+    warmup_samples: int = 3200
+    grad_clip: float = 5.0
 
     @property
     def steps(self) -> int:
@@ -117,11 +121,16 @@ def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: floa
             order, pos = torch.randperm(len(train), generator=gen), 0
         idx = order[pos:pos + 64]
         pos += 64
+        lr = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
+        if step * 64 < run.warmup_samples:  # p2pnode's linear warm-up (p2pnode/worker/training.py)
+            lr *= (step * 64 + 64) / (run.warmup_samples + 64)
         for g in opt.param_groups:
-            g["lr"] = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
+            g["lr"] = lr
         opt.zero_grad()
         loss = F.cross_entropy(model(train.images[idx]), train.labels[idx])
         loss.backward()
+        if run.grad_clip > 0:  # of the all-reduced gradient, as p2pnode clips each node's own
+            torch.nn.utils.clip_grad_norm_(model.parameters(), run.grad_clip)
         opt.step()
         if steplog is not None:
             steplog.step(step + 1, float(loss.detach()), model)
