@@ -175,6 +175,15 @@ class Begin(Message):
     kind: ClassVar[str] = "begin"
 
 
+@dataclass
+class PublishNow(Message):
+    """A peer is fetching our model (``compression.publish_on = "fetch"``): publish what changed
+    before the next step, so it gets our model as it is, not as it was a few steps ago. The
+    worker publishes at most once a step; a request with nothing new since is dropped."""
+
+    kind: ClassVar[str] = "publish_now"
+
+
 #: The messages that carry a token and are answered by one (Applied or Checkpointed).
 Request = PeerPayload | Checkpoint | Stop
 

@@ -86,6 +86,10 @@ VARIANTS: dict[str, list[str]] = {
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none"],
     "fp16": ["--set", "compression.value_dtype=float16"],
     "fp32": ["--set", "compression.value_dtype=float32"],
+    # a peer's fetch is answered with a fresh publish (at most a step old, not up to publish_every)
+    "fresh": ["--set", "compression.publish_on=fetch"],
+    "fresh-fp16": ["--set", "compression.publish_on=fetch", "--set", "compression.value_dtype=float16"],
+    "fresh-int8": ["--set", "compression.publish_on=fetch", "--set", "compression.value_dtype=int8"],
     "int8": ["--set", "compression.value_dtype=int8"],
     # one steady partner: every fetch is the single newest delta, served as published (float16 values
     # stay float16; the exponential graph's fetches merge two publishes into a float32 "set" delta)

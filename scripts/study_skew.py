@@ -171,6 +171,8 @@ def run(args) -> dict:
     pace_budget = sum(lr_at(s, steps, args.lr, warm) for s in range(steps)) * H / steps
     pace_acc = 0.0
     rnd_count = 0
+    hist = [[(-1, xhat[i])] for i in range(n)]  # --async-delay: each node's published copies by step
+    rounds_i = [0] * n
     for s in range(steps):
         lr = lr_at(s, steps, args.lr, warm)
         for i in range(n):
@@ -202,6 +204,24 @@ def run(args) -> dict:
                 mom[i].mul_(args.beta).add_(g)  # inner momentum SGD, buffer reset each round
                 x -= (args.inner_lr_scale * lr) * mom[i]
             set_flat(m, x)
+        if args.async_delay >= 0:
+            # asynchronous, as daemons are: node i publishes and fetches at its own phase of the
+            # H steps, and averages in the peer's public copy as it was `--async-delay` steps ago
+            for i in range(n):
+                if (s + 1 + i) % H:
+                    continue
+                rounds_i[i] += 1
+                j = (i + 2 ** (rounds_i[i] % log2)) % n
+                # --fresh: the peer publishes when asked (its copy as of now), not on its own phase
+                src_node = j if args.fresh else i
+                q = topk_per_tensor(flat(models[src_node]) - xhat[src_node], shapes, args.density)
+                xhat[src_node] = xhat[src_node] + q
+                hist[src_node] = [*hist[src_node][-16:], (s, xhat[src_node])]
+                wire_sent += wire_bytes(q)
+                src = next((v for t, v in reversed(hist[j]) if t <= s - args.async_delay), hist[j][0][1])
+                x = flat(models[i])
+                set_flat(models[i], x + args.w * (src - x))
+            continue
         pace_acc += lr
         if args.pace == "lr":
             exchange_now = pace_acc >= pace_budget
@@ -302,6 +322,8 @@ def run(args) -> dict:
                 anchor[i] = x_now.clone()
     # consensus finish: exact gossip rounds over the public copies only
     accs_before = [evaluate(m, test.images, test.labels) for m in models]
+    if args.save_final:  # each node's model before the consensus rounds (to study other weightings)
+        torch.save([flat(m) for m in models], args.save_final)
     out = {"accs_before": accs_before}
     if args.consensus:
         xs_ = [flat(m) for m in models]
@@ -371,6 +393,10 @@ def main() -> None:
     ap.add_argument("--outer-mom", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=0, help="initial model and batch orders (0: the study's usual run)")
     ap.add_argument("--robust", default="none", help="clip: the daemon's robust averaging (exchange.robust)")
+    ap.add_argument("--async-delay", type=int, default=-1,
+                    help=">= 0: nodes exchange at staggered phases, with the peer's copy this many steps old")
+    ap.add_argument("--fresh", action="store_true", help="--async-delay: the peer publishes when fetched")
+    ap.add_argument("--save-final", default="", help="save the nodes' models before the consensus rounds here")
     ap.add_argument("--pace", default="steps", help="steps: exchange every --every steps; lr: after as much summed lr")
     ap.add_argument("--dense-below", type=int, default=0, help="tensors with fewer entries published whole")
     ap.add_argument("--large-density", type=float, default=0.0, help="density of the other tensors (0: --density)")

@@ -79,6 +79,9 @@ def _check_exchange(cfg: Config) -> None:
         # refused 26-28 of 28 rounds per node as outliers: DiLoCo without the averaging
         raise ConfigError("training.outer: nesterov needs exchange.robust = \"none\" (robust clipping refuses "
                           "the far-apart models of DiLoCo rounds as outliers; docs/ALGORITHMS.md)")
+    if cfg.training.outer == "nesterov" and cfg.compression.publish_on == "fetch":
+        raise ConfigError("compression.publish_on: fetch does not go with training.outer = nesterov "
+                          "(DiLoCo publishes once a round: compression.publish_every = exchange.every)")
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
 

@@ -200,6 +200,10 @@ class CompressionConfig(Table):
     publish: str = "topk:density=0.1"
     #: publish after every this many local steps (best equal to exchange.every)
     publish_every: Positive = 4
+    #: when the public copy moves: "steps" (every publish_every steps) or "fetch" (when a peer
+    #: fetches, at most once a step, so the copy it averages in is at most a step old: measured,
+    #: a copy two steps stale costs 1.4 pt on label-skewed shards; docs/ALGORITHMS.md)
+    publish_on: Literal["steps", "fetch"] = "steps"
     #: "float32", "float16" or "int8" values on the wire (int8: one power-of-two scale per tensor and
     #: delta, ~2 bytes an entry with its index; snapshots stay float32)
     value_dtype: Literal["float32", "float16", "int8"] = "float32"

@@ -32,7 +32,9 @@ from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
+from p2pnode.pipe_protocol import PublishNow
 from p2pnode.wire.prefix import prefix_error
+from p2pnode.wire.served import ServedModel
 
 log = logging.getLogger("p2pnode.http")
 
@@ -45,6 +47,8 @@ SWIM_MESSAGE_BODY = 64 * 1024
 REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422, "outlier": 422}
 #: endpoints whose body is a model payload: a peer's model, or a gradient pushed to a parameter server
 PAYLOAD_PATHS = ("/v1/model", "/v1/ps/gradient")
+#: compression.publish_on = "fetch": the longest a fetch waits for our worker's publish (s)
+FRESH_WAIT = 0.5
 
 
 def _nonneg_int(request: web.Request, key: str) -> int | None:
@@ -80,6 +84,9 @@ class HttpApi:
         #: while true, GET /v1/model answers 503: a fresh node whose start is not settled yet
         #: serves no model, so its untrained one is nobody's start nor averaged in (daemon/bootstrap.py)
         self.starting: Callable[[], bool] = lambda: False
+        #: whether our worker is taking local steps (compression.publish_on = "fetch" asks it to
+        #: publish before answering a fetch only then)
+        self.training: Callable[[], bool] = lambda: False
 
     def _count_rejected(self, reason: str) -> None:
         self.metrics.rejected.labels(reason).inc()
@@ -146,6 +153,10 @@ class HttpApi:
             return error(503, "model not ready")
         if self.starting():
             return error(503, "starting: this node takes its peers' model first")
+        if self.cfg.compression.publish_on == "fetch" and self.training():
+            served = await self.publish_first(served)
+            if served is None:
+                return error(503, "model not ready")
         result = served.serve_now(since, epoch)  # 304 or newest delta: no thread hop
         hold = self.cfg.http.not_modified_hold
         if result is not None and result.status == 304 and hold > 0:
@@ -171,6 +182,19 @@ class HttpApi:
         self.bytes_served += len(result.body)
         self.metrics.bytes_served.inc(len(result.body))
         return web.Response(body=result.body, content_type=MSGPACK, headers=headers)
+
+    async def publish_first(self, served: ServedModel) -> ServedModel | None:
+        """compression.publish_on = "fetch": our worker publishes what changed since its last
+        publish (between two steps; nothing if it took no step since), and the fetch is answered
+        from that, so the peer averages in our model as it is now: a copy a few steps stale costs
+        accuracy on skewed shards (docs/ALGORITHMS.md). At most ``FRESH_WAIT`` s of waiting: a
+        worker in a long step is answered from the copy there is."""
+        try:
+            await self.worker.send(PublishNow())
+        except (ConnectionError, OSError):  # restarting: serve what there is
+            return served
+        await self.model.wait_published(served.version, served.epoch, min(FRESH_WAIT, self.cfg.exchange.timeout / 4))
+        return self.model.served
 
     async def post_model(self, request: web.Request) -> web.StreamResponse:
         limit = self.post_limit()

@@ -33,6 +33,7 @@ from p2pnode.pipe_protocol import (
     PeerPayload,
     Progress,
     Published,
+    PublishNow,
     Stop,
     decode,
     encode,
@@ -93,6 +94,8 @@ class Worker:
         self.dirty = False
         #: training.min_peers: a fresh worker takes no step before the daemon's Begin
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
+        #: the step of the last publish: compression.publish_on = "fetch" publishes once a step at most
+        self.published_step = self.trainer.step
 
     def send(self, msg: Message) -> None:
         self.conn.send_bytes(encode(msg))
@@ -160,6 +163,7 @@ class Worker:
             # the whole adopted model published before the answer: the daemon serves it from then on
             t = self.trainer
             self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema, full=True)))
+            self.published_step = t.step
         elif self.outer is not None and not self.trainer.done:
             self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True
@@ -177,6 +181,9 @@ class Worker:
             self.save_checkpoint(msg.token)
         elif isinstance(msg, Begin):
             self.waiting = False
+        elif isinstance(msg, PublishNow):
+            if not self.trainer.done and self.trainer.step > self.published_step:
+                self.publish()
         elif isinstance(msg, Stop):
             if msg.checkpoint:
                 self.save_checkpoint(msg.token)
@@ -190,8 +197,11 @@ class Worker:
         loss = t.train_step()
         if not math.isfinite(loss):
             self.recover()
-        if t.step % c.compression.publish_every == 0:
-            self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        if c.compression.publish_on == "steps":
+            if t.step % c.compression.publish_every == 0:
+                self.publish()
+        elif t.done:  # publish_on = "fetch": the last local steps, for the consensus finish
+            self.publish()
         self.send(Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now(),
                            nonfinite=t.nonfinite_steps))
         every = c.training.eval_every
@@ -199,6 +209,12 @@ class Worker:
             self.evaluate(c.training.eval_samples)
         if t.done:
             self.evaluate(0)  # the final figure on the whole test set
+
+    def publish(self) -> None:
+        """x_hat += top-k of x - x_hat, and the encoded delta to the daemon, which serves it."""
+        t = self.trainer
+        self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        self.published_step = t.step
 
     def recover(self) -> None:
         """The model has diverged (non-finite loss): go back to our public copy x_hat, which the

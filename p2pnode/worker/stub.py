@@ -38,6 +38,7 @@ from p2pnode.pipe_protocol import (
     PeerPayload,
     Progress,
     Published,
+    PublishNow,
     Stop,
     decode,
     encode,
@@ -84,6 +85,7 @@ class StubWorker:
         self.resumed = self._load()
         #: training.min_peers: a fresh worker takes no step before the daemon's Begin
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
+        self.published_step = self.step  #: compression.publish_on = "fetch": once a step at most
         self.xhat = {k: v.copy() for k, v in self.x.items()}
         self.epoch = secrets.token_hex(6)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
@@ -152,6 +154,7 @@ class StubWorker:
             xhat[idx] += values
             entries[name] = (idx, values)
         self.version += 1
+        self.published_step = self.step
         self.send(Published(version=self.version, delta=self._payload("delta", self.version - 1, entries)))
 
     def on_peer(self, msg: PeerPayload) -> None:
@@ -197,6 +200,9 @@ class StubWorker:
             self.checkpoint(msg.token)
         elif isinstance(msg, Begin):
             self.waiting = False
+        elif isinstance(msg, PublishNow):  # compression.publish_on = "fetch": once a step at most
+            if not self.done and self.step > self.published_step:
+                self.publish()
         elif isinstance(msg, Stop):
             if msg.checkpoint:
                 self.checkpoint(msg.token)
@@ -215,7 +221,10 @@ class StubWorker:
             x += RATE * (self.target[name] - x)
         self.step += 1
         self.samples += c.training.batch_size
-        if self.step % c.compression.publish_every == 0:
+        if c.compression.publish_on == "steps":
+            if self.step % c.compression.publish_every == 0:
+                self.publish()
+        elif self.done:  # publish_on = "fetch": the last local steps, for the consensus finish
             self.publish()
         self.send(Progress(step=self.step, samples=self.samples, loss=self.loss, done=self.done, lr=c.training.lr))
         every = c.training.eval_every

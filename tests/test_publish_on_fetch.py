@@ -1,0 +1,51 @@
+"""``compression.publish_on = "fetch"``: a node's public copy moves when a peer fetches it (at most
+once a step), not every ``publish_every`` steps, so the peer averages in the model as it is now.
+Real daemons on loopback with the stub worker; versions read from the node's own answers."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from daemon_util import fetch_snapshot, http_request, metrics_text, sample_value
+
+from nodes import STUB, wait_for
+
+pytestmark = pytest.mark.slow
+
+FETCH = [*STUB, "--set", "compression.publish_on=fetch"]
+
+
+def published(addr: str) -> float:
+    return sample_value(metrics_text(addr), "p2pnode_published_version")
+
+
+@pytest.mark.timeout(90)
+def test_a_fetch_is_answered_with_a_fresh_publish_and_nothing_else_publishes(cluster) -> None:
+    a = cluster("a", extra=FETCH)
+    a.wait_ready()
+    wait_for(lambda: a.status()["training"]["step"] > 50, 30, "a to train")
+    assert published(a.addr) == 0  # fifty steps and more, nobody asked: nothing published
+    _, snap, first = fetch_snapshot(a.addr)
+    versions = [int(first)]
+    for _ in range(2):
+        before = a.status()["training"]["step"]
+        wait_for(lambda before=before: a.status()["training"]["step"] > before, 10, "a step")
+        status, headers, body = http_request(a.addr, "GET", f"/v1/model?since={versions[-1]}&epoch={snap.header.epoch}")
+        assert status == 200 and headers["x-p2p-kind"] == "delta", (status, headers)
+        versions.append(int(headers["x-p2p-version"]))
+    assert versions == [1, 2, 3], versions  # each fetch got a publish of its own, made for it
+    time.sleep(1.0)  # the stub steps every few ms: with publish_every = 4 that would be ~100 versions
+    assert published(a.addr) == 3
+
+
+@pytest.mark.timeout(120)
+def test_two_nodes_publishing_on_fetch_train_and_agree(cluster) -> None:
+    end = ["--set", "training.max_samples=12800"]  # 200 steps of the stub
+    a = cluster("a", extra=[*FETCH, *end])
+    a.wait_ready()
+    b = cluster("b", seeds=[a.addr], extra=[*FETCH, *end])
+    for n in (a, b):
+        wait_for(lambda n=n: (s := n.status())["training"]["done"] and s["consensus"]["reached"], 90,
+                 f"{n.name} to finish and agree")
+        assert n.status()["exchanges"]["done"] > 0
