@@ -70,6 +70,13 @@ def batch_loss(trainer: ShardTrainer) -> tuple[torch.Tensor, int]:
     return F.cross_entropy(trainer.model(images), labels), int(labels.shape[0])
 
 
+def gradient_dtype(value_dtype: str) -> str:
+    """The value type of a pushed gradient: int8 rounds every entry under half its scale to 0 and,
+    unlike a published delta (whose rounding stays in x - x_hat), a push has no residual to carry
+    it: so int8 pushes go as float32; float16 is kept."""
+    return "float32" if value_dtype == "int8" else value_dtype
+
+
 class PsWorker:
     def __init__(self, conn: Connection, cfg: Config, node_id: str) -> None:
         self.conn = conn
@@ -164,7 +171,7 @@ class PsWorker:
             base = self.server.version if self.server is not None else 0
             epoch = self.server.epoch if self.server is not None else ""
             data = encode_gradient(changes, self.spec, self.node_id, epoch or self.public.epoch, base, t.step, value,
-                                   self.cfg.compression.value_dtype)
+                                   gradient_dtype(self.cfg.compression.value_dtype))
             self.round_over = False
             self.send(PsGradient(step=t.step, base_version=base, data=data))
         else:
