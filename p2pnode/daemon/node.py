@@ -270,7 +270,8 @@ class Node:
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
                            lambda: sup.state.worker_alive, self.membership.pusher)
         self.api.starting = lambda: self.exchange is not None and self.exchange.boot.pending
-        self.api.training = lambda: sup.state.worker_alive and not sup.state.done
+        if self.cfg.node.role == "peer":  # a parameter server's loop publishes on its own schedule
+            self.api.training = lambda: sup.state.worker_alive and not sup.state.done
         app = self.api.build_app(self.secret)
         if self.cfg.node.role == "ps":
             from p2pnode.ps.server import PsServer
