@@ -86,6 +86,9 @@ VARIANTS: dict[str, list[str]] = {
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none"],
     "fp16": ["--set", "compression.value_dtype=float16"],
     "fp32": ["--set", "compression.value_dtype=float32"],
+    # the defaults before publish_on = fetch and int8 values (2026-11-24)
+    "steps-fp32": ["--set", "compression.publish_on=steps", "--set", "compression.value_dtype=float32"],
+    "steps-int8": ["--set", "compression.publish_on=steps", "--set", "compression.value_dtype=int8"],
     # a peer's fetch is answered with a fresh publish (at most a step old, not up to publish_every)
     "fresh": ["--set", "compression.publish_on=fetch"],
     "fresh-fp16": ["--set", "compression.publish_on=fetch", "--set", "compression.value_dtype=float16"],

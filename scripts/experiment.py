@@ -82,7 +82,9 @@ EVAL = ["--set", "training.eval_samples=1000"]
 #: random peer, 1/2 averaging), top-1 % publishes, lr 0.05 (scripts/bench_cluster.py "paper")
 P2P_PAPER = ["--set", "exchange.every=1", "--set", "compression.publish_every=1",
              "--set", "compression.publish=topk:density=0.01", "--set", "compression.gradient=mean-threshold",
-             "--set", "exchange.peer_selection=random", "--set", "exchange.averaging=mean", "--set", "training.lr=0.05"]
+             "--set", "exchange.peer_selection=random", "--set", "exchange.averaging=mean", "--set", "training.lr=0.05",
+             # the paper's publishing: every step, float values (p2pnode's defaults: on fetch, int8)
+             "--set", "compression.publish_on=steps", "--set", "compression.value_dtype=float32"]
 #: the parameter server: dense weights served (as a classic PS), dense gradients pushed, one
 #: momentum-SGD step per push at lr 0.05 (lr 0.2 per node / 4 pushers, the linear scaling rule),
 #: server momentum 0.6: asynchrony with M pushers adds an implicit momentum of about 1 - 1/M
@@ -90,7 +92,7 @@ P2P_PAPER = ["--set", "exchange.every=1", "--set", "compression.publish_every=1"
 #: total near the 0.9 of the synchronous systems ((1 - 0.6) x (1 - 0.75) = 1 - 0.9)
 PS_SERVER = ["--set", "node.role=ps", "--set", "compression.publish=topk:density=1.0", "--set", "training.lr=0.05",
              "--set", "training.momentum=0.6", "--set", "exchange.timeout=20",
-             "--set", "http.snapshot_rate_per_source=0"]
+             "--set", "http.snapshot_rate_per_source=0", "--set", "compression.value_dtype=float32"]
 #: the same server with the synchronous systems' momentum 0.9 on top of asynchrony's: the first
 #: full run's diverged at the ratio cap (test accuracy 10 % after ~200 pushes), so it runs only
 #: where it is cheap (300mbit, the paper's setup)

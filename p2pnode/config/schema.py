@@ -200,13 +200,14 @@ class CompressionConfig(Table):
     publish: str = "topk:density=0.1"
     #: publish after every this many local steps (best equal to exchange.every)
     publish_every: Positive = 4
-    #: when the public copy moves: "steps" (every publish_every steps) or "fetch" (when a peer
-    #: fetches, at most once a step, so the copy it averages in is at most a step old: measured,
-    #: a copy two steps stale costs 1.4 pt on label-skewed shards; docs/ALGORITHMS.md)
-    publish_on: Literal["steps", "fetch"] = "steps"
+    #: when the public copy moves: "fetch" (when a peer fetches, at most once a step, so the copy
+    #: it averages in is at most a step old: a copy two steps stale costs 1.4 pt on label-skewed
+    #: shards) or "steps" (every publish_every steps); docs/ALGORITHMS.md
+    publish_on: Literal["steps", "fetch"] = "fetch"
     #: "float32", "float16" or "int8" values on the wire (int8: one power-of-two scale per tensor and
-    #: delta, ~2 bytes an entry with its index; snapshots stay float32)
-    value_dtype: Literal["float32", "float16", "int8"] = "float32"
+    #: delta, ~2 bytes an entry with its index; snapshots stay float32). int8 since it was measured:
+    #: half the bytes, and never behind float32 on skewed shards (docs/BENCHMARKS.md)
+    value_dtype: Literal["float32", "float16", "int8"] = "int8"
     #: published versions kept for sparse deltas; older requesters get a snapshot
     log_size: Positive = 64
 
