@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -30,7 +29,11 @@ class Pane:
     def __init__(self, tmux: str, command: list[str], width: int = 80, height: int = 24) -> None:
         self.tmux = tmux
         self.server = f"p2pnode-test-{os.getpid()}"
-        self._run("new-session", "-d", "-s", "w", "-x", str(width), "-y", str(height), shlex.join(command))
+        # The command as separate arguments: tmux runs it directly, not through ``$SHELL -c``. A
+        # /bin/sh (dash) there stays the pane's process and dies of the Ctrl-C itself (SIGINT),
+        # whatever the watch does with it; bash would exec the command, so it passed where SHELL
+        # was bash and failed in CI.
+        self._run("new-session", "-d", "-s", "w", "-x", str(width), "-y", str(height), *command)
         self._run("set-option", "-t", "w", "remain-on-exit", "on")
 
     def _run(self, *args: str) -> str:
