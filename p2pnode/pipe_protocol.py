@@ -184,6 +184,12 @@ class PublishNow(Message):
     kind: ClassVar[str] = "publish_now"
 
 
+#: compression.publish_on = "fetch": a copy nobody fetched for this many x publish_every steps is
+#: published anyway (peers that refuse it as an outlier, e.g. a node resumed from an old
+#: checkpoint, seldom fetch it: it must still move as the model comes back towards theirs)
+FETCH_FALLBACK = 4
+
+
 #: The messages that carry a token and are answered by one (Applied or Checkpointed).
 Request = PeerPayload | Checkpoint | Stop
 

@@ -22,7 +22,9 @@ def published(addr: str) -> float:
 
 @pytest.mark.timeout(90)
 def test_a_fetch_is_answered_with_a_fresh_publish_and_nothing_else_publishes(cluster) -> None:
-    a = cluster("a", extra=FETCH)
+    # publish_every far out: the fallback (a copy nobody fetched for 4 x publish_every steps is
+    # published anyway) stays out of this test's few hundred steps
+    a = cluster("a", extra=[*FETCH, "--set", "compression.publish_every=100000"])
     a.wait_ready()
     wait_for(lambda: a.status()["training"]["step"] > 50, 30, "a to train")
     assert published(a.addr) == 0  # fifty steps and more, nobody asked: nothing published
@@ -37,6 +39,15 @@ def test_a_fetch_is_answered_with_a_fresh_publish_and_nothing_else_publishes(clu
     assert versions == [1, 2, 3], versions  # each fetch got a publish of its own, made for it
     time.sleep(1.0)  # the stub steps every few ms: with publish_every = 4 that would be ~100 versions
     assert published(a.addr) == 3
+
+
+@pytest.mark.timeout(60)
+def test_a_copy_nobody_fetches_is_still_published_now_and_then(cluster) -> None:
+    a = cluster("a", extra=[*FETCH, "--set", "compression.publish_every=10"])
+    a.wait_ready()
+    wait_for(lambda: a.status()["training"]["step"] > 200, 30, "a to train")
+    steps, versions = a.status()["training"]["step"], published(a.addr)
+    assert 0 < versions <= steps // 40 + 1, (steps, versions)  # once every 4 x 10 unfetched steps
 
 
 @pytest.mark.timeout(120)

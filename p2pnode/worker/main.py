@@ -23,6 +23,7 @@ from p2pnode.data import DataError
 from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import (
     ADOPT,
+    FETCH_FALLBACK,
     Applied,
     Begin,
     Checkpoint,
@@ -200,7 +201,10 @@ class Worker:
         if c.compression.publish_on == "steps":
             if t.step % c.compression.publish_every == 0:
                 self.publish()
-        elif t.done:  # publish_on = "fetch": the last local steps, for the consensus finish
+        elif t.done or t.step - self.published_step >= FETCH_FALLBACK * c.compression.publish_every:
+            # publish_on = "fetch": the last local steps (for the consensus finish), and a copy
+            # nobody fetched for a while: peers that refuse ours as an outlier (a node resumed
+            # from an old checkpoint) must see it move as our model comes back towards theirs
             self.publish()
         self.send(Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now(),
                            nonfinite=t.nonfinite_steps))

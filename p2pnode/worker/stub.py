@@ -28,6 +28,7 @@ from p2pnode.checkpoint import write_atomic
 from p2pnode.config import Config, merge, parse_shard
 from p2pnode.pipe_protocol import (
     ADOPT,
+    FETCH_FALLBACK,
     Applied,
     Begin,
     Checkpoint,
@@ -224,8 +225,8 @@ class StubWorker:
         if c.compression.publish_on == "steps":
             if self.step % c.compression.publish_every == 0:
                 self.publish()
-        elif self.done:  # publish_on = "fetch": the last local steps, for the consensus finish
-            self.publish()
+        elif self.done or self.step - self.published_step >= FETCH_FALLBACK * c.compression.publish_every:
+            self.publish()  # publish_on = "fetch": the last steps, and a copy nobody fetched for long
         self.send(Progress(step=self.step, samples=self.samples, loss=self.loss, done=self.done, lr=c.training.lr))
         every = c.training.eval_every
         if (every and self.step % every == 0) or self.done:
