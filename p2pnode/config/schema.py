@@ -203,11 +203,13 @@ class CompressionConfig(Table):
     #: when the public copy moves: "fetch" (when a peer fetches, at most once a step, so the copy
     #: it averages in is at most a step old: a copy two steps stale costs 1.4 pt on label-skewed
     #: shards) or "steps" (every publish_every steps); docs/ALGORITHMS.md
-    publish_on: Literal["steps", "fetch"] = "fetch"
+    #: Measured better (with int8) but not the default: its copies jump between fetches and robust
+    #: averaging then sometimes refuses an honest peer as an outlier (two tests found it)
+    publish_on: Literal["steps", "fetch"] = "steps"
     #: "float32", "float16" or "int8" values on the wire (int8: one power-of-two scale per tensor and
-    #: delta, ~2 bytes an entry with its index; snapshots stay float32). int8 since it was measured:
-    #: half the bytes, and never behind float32 on skewed shards (docs/BENCHMARKS.md)
-    value_dtype: Literal["float32", "float16", "int8"] = "int8"
+    #: delta, ~2 bytes an entry with its index; snapshots stay float32). int8 measured better on
+    #: skewed shards at half the bytes (docs/BENCHMARKS.md); not yet the default (see publish_on)
+    value_dtype: Literal["float32", "float16", "int8"] = "float32"
     #: published versions kept for sparse deltas; older requesters get a snapshot
     log_size: Positive = 64
 
