@@ -200,11 +200,10 @@ class CompressionConfig(Table):
     publish: str = "topk:density=0.1"
     #: publish after every this many local steps (best equal to exchange.every)
     publish_every: Positive = 4
-    #: when the public copy moves: "fetch" (when a peer fetches, at most once a step, so the copy
-    #: it averages in is at most a step old: a copy two steps stale costs 1.4 pt on label-skewed
-    #: shards) or "steps" (every publish_every steps); docs/ALGORITHMS.md
-    #: Measured better (with int8) but not the default: its copies jump between fetches and robust
-    #: averaging then sometimes refuses an honest peer as an outlier (two tests found it)
+    #: when the public copy moves: "steps" (every publish_every steps) or "fetch" (when a peer
+    #: fetches, at most once a step, so the copy it averages in is at most a step old). Fetch
+    #: measured better with int8 values, but is not the default: its copies jump between fetches
+    #: and robust averaging then sometimes refuses an honest peer as an outlier; docs/ALGORITHMS.md
     publish_on: Literal["steps", "fetch"] = "steps"
     #: "float32", "float16" or "int8" values on the wire (int8: one power-of-two scale per tensor and
     #: delta, ~2 bytes an entry with its index; snapshots stay float32). int8 measured better on

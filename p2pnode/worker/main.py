@@ -162,9 +162,7 @@ class Worker:
             if self.outer is not None:
                 self.outer.restart(self.trainer.model)
             # the whole adopted model published before the answer: the daemon serves it from then on
-            t = self.trainer
-            self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema, full=True)))
-            self.published_step = t.step
+            self.publish(full=True)
         elif self.outer is not None and not self.trainer.done:
             self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True
@@ -214,10 +212,11 @@ class Worker:
         if t.done:
             self.evaluate(0)  # the final figure on the whole test set
 
-    def publish(self) -> None:
-        """x_hat += top-k of x - x_hat, and the encoded delta to the daemon, which serves it."""
+    def publish(self, full: bool = False) -> None:
+        """x_hat += top-k of x - x_hat (every entry with ``full``), and the encoded delta to the
+        daemon, which serves it."""
         t = self.trainer
-        self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema, full=full)))
         self.published_step = t.step
 
     def recover(self) -> None:
@@ -237,9 +236,8 @@ class Worker:
     def publish_averaged(self) -> None:
         """After training ends, keep publishing what averaging changed (at most once per
         ``exchange.finish_interval``), so peers converge on one model (the consensus finish)."""
-        t = self.trainer
         self.dirty = False
-        self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema)))
+        self.publish()
 
     def loop(self) -> None:
         last_idle_publish = 0.0
