@@ -23,6 +23,9 @@ from nodes import wait_for
 pytestmark = pytest.mark.slow
 
 
+RICH_SWITCHES = ("COLUMNS", "LINES", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "FORCE_COLOR", "NO_COLOR", "FORCE_TERMINAL")
+
+
 class Pane:
     """One detached tmux session on a private server; ``screen()`` is what it shows."""
 
@@ -38,8 +41,10 @@ class Pane:
 
     def _run(self, *args: str) -> str:
         # The pane inherits the environment of whoever starts the tmux server: a COLUMNS or LINES
-        # there (pytest may set them) would override the pane's real size.
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        # there (pytest may set them) would override the pane's real size, and the switches Rich
+        # reads (a CI runner may set TTY_INTERACTIVE=0, FORCE_COLOR...) would make it draw as if
+        # to a file, whatever the pane is.
+        env = {k: v for k, v in os.environ.items() if k not in RICH_SWITCHES and not k.startswith("JUPYTER_")}
         return subprocess.run([self.tmux, "-L", self.server, *args], check=True, capture_output=True, text=True,
                               timeout=10, env=env).stdout
 
@@ -51,12 +56,13 @@ class Pane:
 
     def exit_status(self) -> int | None:
         """None while the command runs; its exit status once it ended, 128 + N if signal N killed it
-        (tmux leaves ``pane_dead_status`` empty then, and while the pane lives)."""
+        (tmux leaves ``pane_dead_status`` empty then, and while the pane lives; both stay empty for a
+        moment after the pane is marked dead, until tmux has reaped the process)."""
         dead, status, signal = self._run("display-message", "-p", "-t", "w",
                                          "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}").strip().split(":")
-        if dead != "1":
-            return None
-        return int(status) if status else 128 + int(signal or 0)
+        if dead != "1" or not (status or signal):
+            return None  # running, or dead before tmux reaped it (the pty closes first)
+        return int(status) if status else 128 + int(signal)
 
     def close(self) -> None:
         subprocess.run([self.tmux, "-L", self.server, "kill-server"], capture_output=True, timeout=10)
@@ -89,33 +95,34 @@ def test_watch_redraws_the_cluster_table_in_place(cluster: Any, tmux: str) -> No
              30, "a to see b")
     pane = Pane(tmux, [sys.executable, "-m", "p2pnode", "status", "--watch", a.addr, "--interval", "0.5"])
     try:
-        def both_rows() -> str | None:
-            screen = pane.screen()
-            return screen if all(step_of(screen, i) is not None for i in ids) else None
-
-        try:
-            first = wait_for(both_rows, 30, "both nodes' rows on the screen")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- the screen:\n{pane.screen()}") from None
-        assert "p2pnode cluster via " + a.addr in first
-        # An 80-column terminal, as over SSH: the narrow layout, every row on one line.
-        for column in ("node", "state", "step", "smp/s", "loss", "acc", "exch", "in", "out"):
-            assert column in first
-        assert f"{ids[0][:8]} *" in first  # the node asked is marked
-        step0 = step_of(first, ids[0])
-        assert step0 is not None
-        # Training goes on and the table follows, redrawn over itself: one header in the whole
-        # scroll-back, however many refreshes happened.
-        wait_for(lambda: (step_of(pane.screen(), ids[0]) or 0) > step0, 30, "the table to refresh")
-        whole = pane.screen(history=True)
-        assert whole.count("p2pnode cluster via") == 1, whole
-        assert whole.count("smp/s") == 1, whole
-        pane.keys("C-c")
-        try:  # a loaded CI machine took over 10 s once
-            wait_for(lambda: pane.exit_status() is not None, 30, "the watch to end on Ctrl-C")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}\n--- the screen:\n{pane.screen()}") from None
-        assert pane.exit_status() == 0
-        assert step_of(pane.screen(), ids[1]) is not None  # the last table stays on screen
+        watch_and_stop(pane, a.addr, ids)
+    except AssertionError as exc:  # what the terminal showed is the whole story: say it
+        raise AssertionError(f"{exc}\n--- the screen (exit status {pane.exit_status()}):\n"
+                             f"{pane.screen(history=True)}") from None
     finally:
         pane.close()
+
+
+def watch_and_stop(pane: Pane, addr: str, ids: list[str]) -> None:
+    def both_rows() -> str | None:
+        screen = pane.screen()
+        return screen if all(step_of(screen, i) is not None for i in ids) else None
+
+    first = wait_for(both_rows, 45, "both nodes' rows on the screen")
+    assert "p2pnode cluster via " + addr in first
+    # An 80-column terminal, as over SSH: the narrow layout, every row on one line.
+    for column in ("node", "state", "step", "smp/s", "loss", "acc", "exch", "in", "out"):
+        assert column in first
+    assert f"{ids[0][:8]} *" in first  # the node asked is marked
+    step0 = step_of(first, ids[0])
+    assert step0 is not None
+    # Training goes on and the table follows, redrawn over itself: one header in the whole
+    # scroll-back, however many refreshes happened.
+    wait_for(lambda: (step_of(pane.screen(), ids[0]) or 0) > step0, 45, "the table to refresh")
+    whole = pane.screen(history=True)
+    assert whole.count("p2pnode cluster via") == 1, "the header drawn more than once"
+    assert whole.count("smp/s") == 1, "the column names drawn more than once"
+    pane.keys("C-c")
+    wait_for(lambda: pane.exit_status() is not None, 30, "the watch to end on Ctrl-C")  # a loaded CI machine took over 10 s once
+    assert pane.exit_status() == 0
+    assert step_of(pane.screen(), ids[1]) is not None, "the last table did not stay on screen"
