@@ -81,12 +81,14 @@ VARIANTS: dict[str, list[str]] = {
     # model was refused as an outlier (measured: 1-2 exchanges of 28 per node taken)
     "diloco50": ["--set", "training.outer=nesterov", "--set", "exchange.every=50", "--set", "compression.publish_every=50",
                  "--set", "compression.publish=topk:density=0.05", "--set", "compression.value_dtype=float16",
-                 "--set", "exchange.robust=none"],
+                 "--set", "exchange.robust=none", "--set", "compression.publish_on=steps"],
     "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
-                 "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none"],
+                 "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none",
+                 "--set", "compression.publish_on=steps"],
     "fp16": ["--set", "compression.value_dtype=float16"],
     "fp32": ["--set", "compression.value_dtype=float32"],
-    # the defaults before publish_on = fetch and int8 values (2026-11-24)
+    # the defaults before publish_on = fetch and int8 values (2026-11-24, made the defaults after
+    # robust averaging's strike rule: p2pnode/worker/robust.py)
     "steps-fp32": ["--set", "compression.publish_on=steps", "--set", "compression.value_dtype=float32"],
     "steps-int8": ["--set", "compression.publish_on=steps", "--set", "compression.value_dtype=int8"],
     # a peer's fetch is answered with a fresh publish (at most a step old, not up to publish_every)
@@ -110,9 +112,11 @@ VARIANTS: dict[str, list[str]] = {
     "int8-ring-every1": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=1",
                          "--set", "compression.publish_every=1", "--set", "exchange.peer_selection=ring"],
     # SlowMo-like: no inner momentum, the outer Nesterov step on every exchange's pseudo-gradient
-    "slowmo": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0"],
+    "slowmo": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0",
+               "--set", "exchange.robust=none", "--set", "compression.publish_on=steps"],
     "slowmo-fp16": ["--set", "training.momentum=0", "--set", "training.outer=nesterov", "--set", "training.outer_lr=1.0",
-                    "--set", "compression.value_dtype=float16"],
+                    "--set", "compression.value_dtype=float16", "--set", "exchange.robust=none",
+                    "--set", "compression.publish_on=steps"],
 }
 
 

@@ -39,6 +39,7 @@ def test_example_config_is_valid_and_matches_defaults() -> None:
     ({"training": {"outer": "adam"}}, "training.outer"),
     ({"training": {"outer_momentum": 1.0}}, "training.outer_momentum: must be < 1"),
     ({"training": {"outer": "nesterov"}}, 'needs exchange.robust = "none"'),
+    ({"training": {"outer": "nesterov"}, "exchange": {"robust": "none"}}, 'needs compression.publish_on = "steps"'),
     ({"exchange": {"peers_per_round": 0}}, "exchange.peers_per_round: must be > 0"),
 ])
 def test_bad_values_are_named(data: dict, fragment: str) -> None:

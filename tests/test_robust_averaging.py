@@ -78,7 +78,7 @@ def test_an_honest_model_within_the_radius_is_averaged_exactly() -> None:
 def test_a_poisoned_model_far_beyond_the_radius_is_refused_and_moves_nothing(attack: str) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 10), nn.ReLU(), nn.Linear(10, 3))
-    clip = ClipRadius(factor=3.0, max_ratio=0.5, refuse=4.0)
+    clip = ClipRadius(factor=3.0, max_ratio=0.25, refuse=4.0)  # the defaults: the widest bound 1.0
     for _ in range(3):
         clip.decide("honest", 0.04)
     decision = clip.decide("evil", relative_distance(model, poisoned(model, attack)))
@@ -95,10 +95,28 @@ def test_a_node_whose_every_peer_looks_far_widens_the_radius_within_a_few_exchan
         clip.decide("a", 0.01)
         clip.decide("b", 0.01)
     rounds = 0
-    while clip.decide("a", 0.4).refused | clip.decide("b", 0.4).refused:
+    while clip.radius() < 0.4 / 4:
+        clip.decide("a", 0.4)
+        clip.decide("b", 0.4)
         rounds += 1
         assert rounds < 10, clip.radius()
-    assert clip.radius() >= 0.4 / 4
+    assert not clip.decide("a", 0.4).refused and not clip.decide("b", 0.4).refused
+
+
+def test_an_honest_jump_is_clipped_once_and_refused_only_on_a_second_strike() -> None:
+    """A copy that jumps once (a peer publishing on fetch served a stale copy) is clipped, not
+    refused; far twice in a row it is refused; anything beyond refuse x max_ratio at once."""
+    clip = ClipRadius(factor=3.0, max_ratio=0.25, refuse=4.0)
+    for _ in range(3):
+        clip.decide("a", 0.004)
+        clip.decide("b", 0.004)
+    tau = clip.radius()
+    jump = clip.decide("a", 0.2)  # 16 x tau, under the widest bound 1.0
+    assert not jump.refused and jump.clipped and jump.scale == pytest.approx(tau / 0.2)
+    assert not clip.decide("a", 0.005).refused  # back near: the strike is forgotten
+    assert not clip.decide("a", 0.2).refused  # a new first strike
+    assert clip.decide("a", 0.2).refused  # far twice in a row
+    assert clip.decide("b", 1.4).refused  # a random model: refused at first sight
 
 
 

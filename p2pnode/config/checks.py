@@ -80,8 +80,9 @@ def _check_exchange(cfg: Config) -> None:
         raise ConfigError("training.outer: nesterov needs exchange.robust = \"none\" (robust clipping refuses "
                           "the far-apart models of DiLoCo rounds as outliers; docs/ALGORITHMS.md)")
     if cfg.training.outer == "nesterov" and cfg.compression.publish_on == "fetch":
-        raise ConfigError("compression.publish_on: fetch does not go with training.outer = nesterov "
-                          "(DiLoCo publishes once a round: compression.publish_every = exchange.every)")
+        raise ConfigError("training.outer: nesterov needs compression.publish_on = \"steps\" (DiLoCo publishes "
+                          "once a round, compression.publish_every = exchange.every; the default publishes "
+                          "when fetched)")
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
 

@@ -200,15 +200,15 @@ class CompressionConfig(Table):
     publish: str = "topk:density=0.1"
     #: publish after every this many local steps (best equal to exchange.every)
     publish_every: Positive = 4
-    #: when the public copy moves: "steps" (every publish_every steps) or "fetch" (when a peer
-    #: fetches, at most once a step, so the copy it averages in is at most a step old). Fetch
-    #: measured better with int8 values, but is not the default: its copies jump between fetches
-    #: and robust averaging then sometimes refuses an honest peer as an outlier; docs/ALGORITHMS.md
-    publish_on: Literal["steps", "fetch"] = "steps"
+    #: when the public copy moves: "fetch" (when a peer fetches, at most once a step, so the copy
+    #: it averages in is at most a step old; and once nobody fetched for 4 x publish_every steps)
+    #: or "steps" (every publish_every steps: what DiLoCo's rounds need). Fetch measured better on
+    #: skewed and even shards (docs/BENCHMARKS.md, docs/ALGORITHMS.md)
+    publish_on: Literal["steps", "fetch"] = "fetch"
     #: "float32", "float16" or "int8" values on the wire (int8: one power-of-two scale per tensor and
     #: delta, ~2 bytes an entry with its index; snapshots stay float32). int8 measured better on
-    #: skewed shards at half the bytes (docs/BENCHMARKS.md); not yet the default (see publish_on)
-    value_dtype: Literal["float32", "float16", "int8"] = "float32"
+    #: skewed shards at half the bytes of float32 (docs/BENCHMARKS.md)
+    value_dtype: Literal["float32", "float16", "int8"] = "int8"
     #: published versions kept for sparse deltas; older requesters get a snapshot
     log_size: Positive = 64
 

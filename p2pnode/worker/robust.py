@@ -34,6 +34,15 @@ Honest distances grow by less than 2x from one exchange to the next, so with the
 honest peer is clipped at most, never refused; and since a refusal records tau too, a node whose
 every peer looks far (its own model is the odd one) widens tau within a few exchanges.
 
+Not always, measured: an honest copy can jump once (a peer that publishes when fetched,
+``compression.publish_on = "fetch"``, serves its last copy when its worker is slow to publish, and
+tau may be tiny, 0.003, early on), and a refusal counts against the peer. So a model beyond
+``refuse`` x tau is refused at first sight only when it is also beyond the widest bound,
+``refuse`` x ``max_ratio`` (every poisoned model measured: sign-flipped 2, random 1.4, scaled far
+more); nearer than that it is refused only the second time in a row (a *strike*): the first is
+clipped to tau, the ClippedGossip bound, w * tau once. A hostile peer that alternates near and
+far gets clipped averages every other exchange: the same bound, never more.
+
 Distance alone cannot tell a peer trained elsewhere from a poisoned one: on label-skewed shards
 honest models trained apart (nodes started at different times) are 1.0-1.2 x ||x|| from each
 other, beyond the widest refusal bound ``refuse`` x ``max_ratio``, where a random model is (1.4)
@@ -106,6 +115,8 @@ class ClipRadius:
     history: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
     #: each peer's last distances, uncapped (most recently met last): whether the node is spread
     raw: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
+    #: the peers whose last model was beyond ``refuse`` x tau (a strike: the next such is refused)
+    struck: OrderedDict[str, bool] = field(default_factory=OrderedDict)
 
     def radius(self) -> float:
         """tau relative to ||x||: factor x the lower median of the peers' medians, at most
@@ -118,14 +129,19 @@ class ClipRadius:
 
     def decide(self, peer: str, distance: float) -> ClipDecision:
         """Clip an exchange at relative ``distance`` from ``peer`` (refuse it beyond ``refuse``
-        x tau) and record it. A distance that is not a finite non-negative number is refused."""
+        x tau, on a strike: module doc) and record it. A distance that is not a finite non-negative number is refused."""
         tau = self.radius()
         if not (math.isfinite(distance) and distance >= 0):
             return ClipDecision(0.0, tau, refused=True)
         self.record(peer, min(distance, tau))
         remember(self.raw, peer, distance, self.window, self.max_peers)
         spread = self.spread()
-        if distance > self.refuse * tau and not spread:
+        far = distance > self.refuse * tau
+        struck = self.struck.pop(peer, False)
+        self.struck[peer] = far
+        while len(self.struck) > self.max_peers:
+            self.struck.popitem(last=False)
+        if far and not spread and (struck or distance > self.refuse * self.max_ratio):
             return ClipDecision(0.0, tau, refused=True)
         return ClipDecision(1.0 if distance <= tau else tau / distance, tau, spread=spread)
 
