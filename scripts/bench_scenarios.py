@@ -85,6 +85,9 @@ VARIANTS: dict[str, list[str]] = {
     "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none",
                  "--set", "compression.publish_on=steps"],
+    # a smaller step: local steps drift less on skewed shards, the network's mean moves slower
+    "lr0.1": ["--set", "training.lr=0.1"],
+    "lr0.05": ["--set", "training.lr=0.05"],
     "fp16": ["--set", "compression.value_dtype=float16"],
     "fp32": ["--set", "compression.value_dtype=float32"],
     # the defaults before publish_on = fetch and int8 values (2026-11-24, made the defaults after
