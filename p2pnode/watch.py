@@ -9,11 +9,13 @@ refresh keeps the last table and says what went wrong above it.
 from __future__ import annotations
 
 import json
+import signal
 import ssl
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from rich import box
@@ -144,12 +146,27 @@ def render(target: Target, view: dict[str, Any] | None, problem: str | None, wid
 
 
 def watch(target: Target, interval: float = 2.0, console: Console | None = None) -> int:
-    """Redraw the cluster table every ``interval`` seconds until Ctrl-C (exit 0)."""
+    """Redraw the cluster table every ``interval`` seconds until Ctrl-C (exit 0).
+
+    Ctrl-C only sets a flag (a second one interrupts at once): the loop ends between two
+    refreshes, never with ``KeyboardInterrupt`` raised in the middle of a request or a redraw,
+    and the last table is drawn whole. The handler is installed explicitly, and SIGINT unblocked,
+    so a watch started by a parent that ignored or blocked SIGINT (both inherited through exec)
+    still ends on Ctrl-C."""
     console = console or Console()
+    asked: list[int] = []  # a plain flag: a handler taking a lock the loop may hold could deadlock
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signum)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     view: dict[str, Any] | None = None
     try:
         with Live(render(target, None, None), console=console, auto_refresh=False) as live:
-            while True:
+            while not asked:
                 problem = None
                 try:
                     view = fetch_json(target, "/v1/cluster")
@@ -159,6 +176,11 @@ def watch(target: Target, interval: float = 2.0, console: Console | None = None)
                 except (urllib.error.URLError, OSError, ValueError) as exc:
                     problem = str(getattr(exc, "reason", exc))
                 live.update(render(target, view, problem, console.width), refresh=True)
-                time.sleep(interval)
+                until = time.monotonic() + interval
+                while not asked and time.monotonic() < until:
+                    time.sleep(min(0.1, interval))
     except KeyboardInterrupt:
-        return 0
+        pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 0

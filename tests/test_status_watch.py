@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,8 +38,11 @@ class Pane:
         # /bin/sh (dash) there stays the pane's process and dies of the Ctrl-C itself (SIGINT),
         # whatever the watch does with it; bash would exec the command, so it passed where SHELL
         # was bash and failed in CI.
-        self._run("new-session", "-d", "-s", "w", "-x", str(width), "-y", str(height), *command)
+        # PYTHONFAULTHANDLER: a watch that hangs prints every thread's stack on SIGABRT (diagnose)
+        self._run("new-session", "-d", "-s", "w", "-x", str(width), "-y", str(height),
+                  "-e", "PYTHONFAULTHANDLER=1", *command)
         self._run("set-option", "-t", "w", "remain-on-exit", "on")
+        self.pid = int(self._run("display-message", "-p", "-t", "w", "#{pane_pid}").strip())
 
     def _run(self, *args: str) -> str:
         # The pane inherits the environment of whoever starts the tmux server: a COLUMNS or LINES
@@ -63,6 +68,21 @@ class Pane:
         if dead != "1" or not (status or signal):
             return None  # running, or dead before tmux reaped it (the pty closes first)
         return int(status) if status else 128 + int(signal)
+
+    def diagnose(self) -> str:
+        """If the command still runs: its kernel state and signal masks, then its Python stacks
+        (SIGABRT with the fault handler on), which land on the screen: what a hang was doing."""
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                wanted = ("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt")
+                state = " ".join(line.strip() for line in f if line.startswith(wanted))
+            with open(f"/proc/{self.pid}/wchan") as f:
+                state += f" wchan={f.read().strip()}"
+        except OSError:
+            return "the process is gone"
+        os.kill(self.pid, signal.SIGABRT)
+        time.sleep(1.0)
+        return state
 
     def close(self) -> None:
         subprocess.run([self.tmux, "-L", self.server, "kill-server"], capture_output=True, timeout=10)
@@ -97,7 +117,9 @@ def test_watch_redraws_the_cluster_table_in_place(cluster: Any, tmux: str) -> No
     try:
         watch_and_stop(pane, a.addr, ids)
     except AssertionError as exc:  # what the terminal showed is the whole story: say it
-        raise AssertionError(f"{exc}\n--- the screen (exit status {pane.exit_status()}):\n"
+        status = pane.exit_status()
+        process = pane.diagnose() if status is None else f"exit status {status}"
+        raise AssertionError(f"{exc}\n--- the process: {process}\n--- the screen:\n"
                              f"{pane.screen(history=True)}") from None
     finally:
         pane.close()
