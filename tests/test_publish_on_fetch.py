@@ -23,8 +23,9 @@ def published(addr: str) -> float:
 @pytest.mark.timeout(90)
 def test_a_fetch_is_answered_with_a_fresh_publish_and_nothing_else_publishes(cluster) -> None:
     # publish_every far out: the fallback (a copy nobody fetched for 4 x publish_every steps is
-    # published anyway) stays out of this test's few hundred steps
-    a = cluster("a", extra=[*FETCH, "--set", "compression.publish_every=100000"])
+    # published anyway) stays out of this test's few hundred steps. accept_pushes = any (a closed
+    # network): the test's own client, a stranger, may ask for fresh publishes
+    a = cluster("a", extra=[*FETCH, "--set", "compression.publish_every=100000", "--set", "exchange.accept_pushes=any"])
     a.wait_ready()
     wait_for(lambda: a.status()["training"]["step"] > 50, 30, "a to train")
     assert published(a.addr) == 0  # fifty steps and more, nobody asked: nothing published
@@ -39,6 +40,23 @@ def test_a_fetch_is_answered_with_a_fresh_publish_and_nothing_else_publishes(clu
     assert versions == [1, 2, 3], versions  # each fetch got a publish of its own, made for it
     time.sleep(1.0)  # the stub steps every few ms: with publish_every = 4 that would be ~100 versions
     assert published(a.addr) == 3
+
+
+@pytest.mark.timeout(90)
+def test_only_a_members_fetch_makes_the_node_publish(cluster) -> None:
+    far = ["--set", "compression.publish_every=100000"]  # no fallback publishes in this test
+    a = cluster("a", extra=[*FETCH, *far])
+    a.wait_ready()
+    wait_for(lambda: a.status()["training"]["step"] > 50, 30, "a to train")
+    for who in ("", "&from=0123456789abcdef"):  # no name, and a name that is no member's
+        status, headers, _ = http_request(a.addr, "GET", f"/v1/model?since=0{who}")
+        # answered from the copy there is: the start's snapshot, version 0 (nothing published)
+        assert status == 200 and headers["x-p2p-version"] == "0", (status, headers)
+    assert published(a.addr) == 0
+    # b exchanges with a, naming itself (?from=, from its own host): a publishes for each such fetch
+    b = cluster("b", seeds=[a.addr], extra=[*STUB, *far])
+    b.wait_ready()
+    wait_for(lambda: published(a.addr) >= 3 and b.status()["exchanges"]["done"] >= 3, 30, "b's fetches to make a publish")
 
 
 @pytest.mark.timeout(60)

@@ -115,13 +115,15 @@ def judge(offers: list[Offer], radius: float) -> Verdict:
                    detail=f"distances {pairs}")
 
 
-async def collect(client: PeerClient, peers: list[Member], timeout: float, max_bytes: int) -> list[Offer]:
-    """Ask every peer for its full snapshot at once; decode each in a thread."""
+async def collect(client: PeerClient, peers: list[Member], timeout: float, max_bytes: int,
+                  node_id: str) -> list[Offer]:
+    """Ask every peer for its full snapshot at once (naming ourselves: a peer that publishes on
+    fetch publishes first for a member); decode each in a thread."""
 
     async def one(peer: Member) -> Offer:
         started = time.monotonic()
         try:
-            resp = await client.request("GET", peer.addr, "/v1/model", timeout=timeout)
+            resp = await client.request("GET", peer.addr, f"/v1/model?from={node_id}", timeout=timeout)
         except PeerError as exc:
             return Offer(peer, error=str(exc))
         latency = time.monotonic() - started

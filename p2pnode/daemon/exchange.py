@@ -201,7 +201,9 @@ class Exchange:
             rec.addr, rec.version, rec.epoch = peer.addr, -1, ""
         # chain=1: several publishes behind, the deltas as published if smaller than one merged
         # float32 "set" delta (float16 / int8 values stay so); our worker splits them
-        query = "/v1/model" if rec.version < 0 else f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1"
+        # from: who asks, so a peer publishing on fetch publishes first for members only (daemon/http.py)
+        query = (f"/v1/model?from={self.node_id}" if rec.version < 0
+                 else f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1&from={self.node_id}")
         started = time.monotonic()
         try:
             resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)
@@ -238,7 +240,7 @@ class Exchange:
             return
         self.follow_worker()
         voters = random.sample(peers, min(VOTERS, len(peers)))
-        offers = await collect(self.client, voters, x.timeout, self.cfg.http.max_payload_bytes)
+        offers = await collect(self.client, voters, x.timeout, self.cfg.http.max_payload_bytes, self.node_id)
         verdict = judge(offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
         boot.votes += 1
         if verdict.dissent:
