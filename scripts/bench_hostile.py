@@ -3,9 +3,11 @@
 flood, against the same node with no flood, in one run.
 
 Two nodes train without end (the torch worker, synthetic data by default, exchanging with each
-other); node 0 is the victim. Phases of ``--trial`` seconds each: *quiet* first, then each
-flood, then *quiet* again (the baseline is the mean of the two quiet phases, so a drift of the
-machine's load shows). Floods (the rows of issue 8's table), from threads of this script on
+other); node 0 is the victim. Phases of ``--trial`` seconds each, every flood between two
+*quiet* phases (quiet, flood 1, quiet, flood 2, quiet, ...), ``--rounds`` times over: each flood
+is compared with the mean of the two quiet phases around it (on a shared 2-core machine the
+quiet rate itself drifts by 10-20 % in a few minutes), and each flood's row is the median over
+rounds of those ratios. Floods (the rows of issue 8's table), from threads of this script on
 another loopback address (127.0.0.2), so the victim's per-source limits see a stranger and its
 peer (127.0.0.1) stays another source:
 
@@ -22,7 +24,7 @@ peak RSS, the peer's successful fetches from the victim per second, and what the
 Placement (``--pin``, default with 3+ CPUs): the victim's daemon and worker on the first CPU,
 the peer and this script on the others.
 
-    .venv/bin/python scripts/bench_hostile.py                 # ~3 min: 5 phases of 20 s
+    .venv/bin/python scripts/bench_hostile.py                 # ~5 min: 2 rounds, 13 phases of 20 s
     .venv/bin/python scripts/bench_hostile.py --trial 5       # a quick look
     .venv/bin/python scripts/bench_hostile.py --write         # + docs/BENCHMARKS.md
 """
@@ -172,6 +174,7 @@ def main() -> int:
     ap.add_argument("--trial", type=float, default=20.0, help="seconds per phase (default 20)")
     ap.add_argument("--data", default="synthetic", help="the victim's data set (default synthetic)")
     ap.add_argument("--no-pin", dest="pin", action="store_false", help="let every process run on any CPU")
+    ap.add_argument("--rounds", type=int, default=2, help="times every flood runs, each between quiet phases")
     ap.add_argument("--port", type=int, default=7791)
     add_output_args(ap, SECTION)
     args = ap.parse_args()
@@ -188,7 +191,7 @@ def main() -> int:
     # pushes from anyone: the post flood measures garbage bodies read under the limits (with the
     # default, exchange.accept_pushes = members, a stranger's push is refused from its headers)
     node_args = ["--data", args.data, "--set", "training.max_samples=0", "--set", "exchange.accept_pushes=any"]
-    results: dict[str, dict[str, Any]] = {}
+    results: list[tuple[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
         cl = Cluster(Path(tmp), 2, lambda i: [*node_args, "--shard", f"{i}/2"], args.port, place)
         with cl:
@@ -197,7 +200,8 @@ def main() -> int:
                 n.wait_ready(timeout=240)
             victim_id = get_json(victim.addr)["node_id"]
             wait_for(lambda: fetches_ok(peer.addr, victim_id) >= 3, 120, "the peer to fetch from the victim")
-            for name in ["quiet", *FLOODS, "quiet again"]:
+            order = ["quiet", *[x for _ in range(args.rounds) for f in FLOODS for x in (f, "quiet")]]
+            for name in order:
                 if name in FLOODS:
                     clients, attack = FLOODS[name]
                     with Flood(victim.addr, clients, attack) as flood:
@@ -206,33 +210,52 @@ def main() -> int:
                     res["attackers"] = dict(flood.tally)
                 else:
                     res = phase(victim.addr, victim.pid, peer.addr, victim_id, args.trial)
-                results[name] = res
+                results.append((name, res))
                 print(f"{name}: {res['rate']:.1f} samples/s, {res['per_cpu_s']:.1f}/CPU-s, peak RSS "
                       f"{res['peak_rss_mib']:.0f} MiB, peer fetches {res['peer_fetches_s']:.2f}/s "
                       f"{res.get('attackers', '')}", flush=True)
 
-    base = {k: statistics.mean([results["quiet"][k], results["quiet again"][k]])
-            for k in ("rate", "per_cpu_s", "peer_fetches_s")}
+    def ratios(k: int, key: str) -> float:
+        """Phase ``k`` (a flood) against the mean of the quiet phases before and after it."""
+        around = statistics.mean([results[k - 1][1][key], results[k + 1][1][key]])
+        return results[k][1][key] / around if around else float("nan")
+
+    quiet = [r for name, r in results if name == "quiet"]
+    summary: dict[str, dict[str, Any]] = {}
+    for name in FLOODS:
+        ks = [k for k, (n, _) in enumerate(results) if n == name]
+        tally: Counter[str] = Counter()
+        for k in ks:
+            tally.update(results[k][1]["attackers"])
+        row: dict[str, Any] = {key: statistics.median(ratios(k, key) for k in ks)
+                               for key in ("rate", "per_cpu_s", "peer_fetches_s")}
+        summary[name] = row
+        summary[name]["each"] = [round(ratios(k, "rate"), 2) for k in ks]
+        summary[name]["rss"] = max(results[k][1]["peak_rss_mib"] for k in ks)
+        summary[name]["attackers"] = dict(tally)
+        summary[name]["samples_s"] = statistics.median(results[k][1]["rate"] for k in ks)
 
     def answers(tally: dict[str, int]) -> str:
         return ", ".join(f"{k}: {v}" for k, v in sorted(tally.items())) or "-"
 
-    rows = [[name, f"{r['rate']:.1f}", f"**{r['rate'] / base['rate']:.2f}**", f"{r['per_cpu_s'] / base['per_cpu_s']:.2f}",
-             f"{r['peak_rss_mib']:.0f}", f"{r['peer_fetches_s'] / base['peer_fetches_s']:.2f}" if base["peer_fetches_s"]
-             else "-", answers(r.get("attackers", {}))] for name, r in results.items()]
+    rows = [["quiet (each)", ", ".join(f"{r['rate']:.0f}" for r in quiet), "1", "1",
+             f"{max(r['peak_rss_mib'] for r in quiet):.0f}", "1", "-"]]
+    rows += [[name, f"{r['samples_s']:.1f}", f"**{r['rate']:.2f}** ({', '.join(map(str, r['each']))})",
+              f"{r['per_cpu_s']:.2f}", f"{r['rss']:.0f}", f"{r['peer_fetches_s']:.2f}", answers(r["attackers"])]
+             for name, r in summary.items()]
     lines = [
         SECTION, "",
         f"`{command_line()}` (`--write` puts this section here)", "",
         f"{machine()}. Two nodes ({args.data}, torch worker, training without end) exchange with each other; "
         f"node 0, the victim, is flooded from another loopback address for {args.trial:.0f} s per phase "
         "(16 clients streaming 60 MiB chunked garbage to POST /v1/model; 16 streaming 8 MiB chunked to a "
-        "membership endpoint; 64 polling /v1/status, /metrics and /v1/model?since=0), between two quiet "
-        "phases whose mean is the baseline; "
+        "membership endpoint; 64 polling /v1/status, /metrics and /v1/model?since=0), each flood between "
+        f"two quiet phases whose mean is its baseline, {args.rounds} rounds; "
         + ("the victim's daemon and worker pinned to one CPU, the peer and the attackers to the others."
            if pin else "no CPU pinning."), "",
-        table(["phase", "samples/s", "rate ratio", "per CPU-s ratio", "daemon peak RSS MiB",
-               "peer fetches ratio", "attackers got (status: count; MiB sent)"], rows), "",
-        "Rate ratio: the victim's samples/s against the quiet baseline (goal ≥ 0.8); per CPU-s: samples per "
+        table(["phase", "samples/s (median)", "rate ratio, median (each round)", "per CPU-s ratio",
+               "daemon peak RSS MiB", "peer fetches ratio", "attackers got (status: count; MiB sent)"], rows), "",
+        "Rate ratio: the victim's samples/s against the quiet phases around it (goal ≥ 0.8); per CPU-s: samples per "
         "CPU-second of the victim's daemon and worker, which other jobs on the machine do not swing; peer "
         "fetches: the peer's successful fetches from the victim per second, against quiet. MiB sent: what the "
         "attackers' sockets accepted (kernel buffers included), not what the daemon read: it reads at most the "
@@ -244,7 +267,7 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     append_jsonl(args.jsonl, {"bench": "hostile", "pin": pin, "trial_s": args.trial, "data": args.data,
-                              "results": results})
+                              "rounds": args.rounds, "phases": results, "summary": summary})
     if args.write:
         write_section(text + "\n")
     return 0
