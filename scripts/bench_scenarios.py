@@ -108,6 +108,10 @@ VARIANTS: dict[str, list[str]] = {
                     "--set", "compression.publish_every=2"],
     # with the defaults (publish on fetch, int8): a fetch every 3 steps, ~1.3x the bytes (within 1/30 of DDP's)
     "every3": ["--set", "exchange.every=3", "--set", "compression.publish_every=3"],
+    "every3-steps": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
+                     "--set", "compression.publish_on=steps"],
+    "every3-norobust": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
+                        "--set", "exchange.robust=none"],
     "int8-every1": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=1",
                     "--set", "compression.publish_every=1"],
     # the same on a ring: every fetch is the single newest delta, served as published (int8 kept;
