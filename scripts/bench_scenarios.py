@@ -108,6 +108,9 @@ VARIANTS: dict[str, list[str]] = {
                     "--set", "compression.publish_every=2"],
     # with the defaults (publish on fetch, int8): a fetch every 3 steps, ~1.3x the bytes (within 1/30 of DDP's)
     "every3": ["--set", "exchange.every=3", "--set", "compression.publish_every=3"],
+    # the HTTP layer waits min(0.5 s, exchange.timeout / 4) for a fetch's publish: 0.1 s here
+    "every3-shortwait": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
+                         "--set", "exchange.timeout=0.4"],
     "every3-steps": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
                      "--set", "compression.publish_on=steps"],
     "every3-norobust": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
