@@ -111,6 +111,8 @@ VARIANTS: dict[str, list[str]] = {
     # the HTTP layer waits min(0.5 s, exchange.timeout / 4) for a fetch's publish: 0.1 s here
     "every3-shortwait": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
                          "--set", "exchange.timeout=0.4"],
+    "every3-fp32": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
+                    "--set", "compression.value_dtype=float32"],
     "every3-steps": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
                      "--set", "compression.publish_on=steps"],
     "every3-norobust": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
