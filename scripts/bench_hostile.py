@@ -227,13 +227,11 @@ def main() -> int:
         tally: Counter[str] = Counter()
         for k in ks:
             tally.update(results[k][1]["attackers"])
-        row: dict[str, Any] = {key: statistics.median(ratios(k, key) for k in ks)
-                               for key in ("rate", "per_cpu_s", "peer_fetches_s")}
-        summary[name] = row
-        summary[name]["each"] = [round(ratios(k, "rate"), 2) for k in ks]
-        summary[name]["rss"] = max(results[k][1]["peak_rss_mib"] for k in ks)
-        summary[name]["attackers"] = dict(tally)
-        summary[name]["samples_s"] = statistics.median(results[k][1]["rate"] for k in ks)
+        each = {key: [ratios(k, key) for k in ks] for key in ("rate", "per_cpu_s", "peer_fetches_s")}
+        summary[name] = {**{key: statistics.median(v) for key, v in each.items()},
+                         "each": [round(r, 2) for r in each["rate"]],
+                         "rss": max(results[k][1]["peak_rss_mib"] for k in ks), "attackers": dict(tally),
+                         "samples_s": statistics.median(results[k][1]["rate"] for k in ks)}
 
     def answers(tally: dict[str, int]) -> str:
         return ", ".join(f"{k}: {v}" for k, v in sorted(tally.items())) or "-"

@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
-from p2pnode.daemon.push import PushPolicy, push_origin_error
+from p2pnode.daemon.push import PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
@@ -153,7 +153,7 @@ class HttpApi:
             return error(503, "model not ready")
         if self.starting():
             return error(503, "starting: this node takes its peers' model first")
-        if self.cfg.compression.publish_on == "fetch" and self.training() and self.member_fetch(request):
+        if self.cfg.compression.publish_on == "fetch" and self.training() and self.pushes.from_member(request):
             served = await self.publish_first(served)
             if served is None:
                 return error(503, "model not ready")
@@ -183,21 +183,13 @@ class HttpApi:
         self.metrics.bytes_served.inc(len(result.body))
         return web.Response(body=result.body, content_type=MSGPACK, headers=headers)
 
-    def member_fetch(self, request: web.Request) -> bool:
-        """Whether a fetch may make our worker publish first: a member's (``?from=NODE_ID``, a
-        running member, from its own host: the push rule, daemon/push.py), or anyone's with
-        ``exchange.accept_pushes = "any"``. Anyone else is answered from the copy there is, so a
-        stranger polling ``/v1/model`` cannot make the worker publish every step."""
-        if self.pushes.mode == "any":
-            return True
-        peer = request.query.get("from", "")
-        return 0 < len(peer) <= 64 and push_origin_error(self.pushes.lookup(peer), peer, request.remote) is None
-
     async def publish_first(self, served: ServedModel) -> ServedModel | None:
         """compression.publish_on = "fetch": our worker publishes what changed since its last
         publish (between two steps; nothing if it took no step since), and the fetch is answered
         from that, so the peer averages in our model as it is now: a copy a few steps stale costs
-        accuracy on skewed shards (docs/ALGORITHMS.md). At most ``FRESH_WAIT`` s of waiting: a
+        accuracy on skewed shards (docs/ALGORITHMS.md). Only for a member's fetch
+        (``PushPolicy.from_member``): a stranger polling cannot make the worker publish every
+        step. At most ``FRESH_WAIT`` s of waiting: a
         worker in a long step is answered from the copy there is."""
         try:
             await self.worker.send(PublishNow())

@@ -79,6 +79,10 @@ def push_origin_error(member: Member | None, node_id: str, remote: str | None) -
     return None
 
 
+def _well_formed(node_id: str) -> bool:
+    return 0 < len(node_id) <= 64 and node_id.isprintable()
+
+
 class PushPolicy:
     """The precheck of ``POST /v1/model`` and ``POST /v1/ps/gradient``: ``?from=`` well formed
     (400), and with ``"members"``
@@ -94,11 +98,19 @@ class PushPolicy:
         self.refused = 0
         self.last_refused: dict[str, str] | None = None
 
+    def from_member(self, request: web.Request) -> bool:
+        """Whether ``request`` names (``?from=NODE_ID``) a running member and comes from its host,
+        or anyone with ``"any"``: who may make a node that publishes on fetch publish first
+        (daemon/http.py), by the same rule as a push."""
+        peer = request.query.get("from", "")
+        return self.mode == "any" or (_well_formed(peer) and
+                                      push_origin_error(self.lookup(peer), peer, request.remote) is None)
+
     def precheck(self, request: web.Request) -> web.Response | None:
         if request.method != "POST" or request.path not in PUSH_PATHS:
             return None
         peer = request.query.get("from", "")
-        if not (0 < len(peer) <= 64 and peer.isprintable()):
+        if not _well_formed(peer):
             self.count("bad-request")
             return error(400, "?from=NODE_ID is required")
         if self.mode == "any":
