@@ -6,6 +6,7 @@ is refused by the node that pulled it and never reaches its worker."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def ready(node: NodeProc) -> dict[str, Any]:
 
 
 def test_replay_cache_refuses_a_signature_twice_and_stays_bounded() -> None:
-    cache = ReplayCache(max_skew=300, max_entries=3)
+    cache = ReplayCache(max_skew=300, max_entries=3, born=0)
     assert cache.fresh("a", 1000, now=1000) and not cache.fresh("a", 1000, now=1001)
     for i, sig in enumerate("bcd"):
         assert cache.fresh(sig, 1001 + i, now=1001)
@@ -46,6 +47,38 @@ def test_replay_cache_refuses_a_signature_twice_and_stays_bounded() -> None:
     assert not cache.fresh("a", 1000, now=1002) and not cache.fresh("z", 999, now=1002)
     assert cache.fresh("e", 1005, now=1005)
     assert cache.fresh("f", 3000, now=3000) and len(cache) == 1  # the rest expired
+
+
+def test_replay_cache_refuses_requests_stamped_before_it_was_made() -> None:
+    cache = ReplayCache(born=1000.5)  # START_SKEW = 1 s: a stamp before 999.5 is refused
+    assert not cache.fresh("a", 999, now=1001) and not cache.fresh("b", 900, now=1001)
+    assert cache.fresh("c", 1000, now=1001) and cache.fresh("d", 1001, now=1001)
+    old = ReplayCache(born=1000.0)  # 999 = born - 1 s: not before it, taken
+    assert not old.fresh("e", 998, now=1000) and old.fresh("f", 999, now=1000)
+
+
+def test_a_signed_request_captured_before_a_restart_gets_401_after_it(cluster: Callable[..., NodeProc]) -> None:
+    """The replay cache lives in memory: a request taken by the node's previous life, played back
+    within the 5-minute window right after a restart, is refused all the same (401, "replayed")
+    because it was stamped before the node (re)started; a fresh request is taken."""
+    node = cluster("a", extra=[*STUB, "--set", f"node.secret={SECRET.decode()}"])
+    ready(node)
+    captured = [("GET", "/v1/status", sign(SECRET, "GET", "/v1/status", b"")),
+                ("GET", "/v1/model", sign(SECRET, "GET", "/v1/model", b""))]
+    for method, path, headers in captured:
+        assert http_request(node.addr, method, path, headers=headers)[0] == 200, path
+    assert node.stop() == 0
+    stamped = max(int(h["X-P2P-Timestamp"]) for _, _, h in captured)
+    while time.time() < stamped + 2.5:  # the restart's own start-up takes longer: make sure of it
+        time.sleep(0.1)
+    node.start()
+    ready(node)
+    for method, path, headers in captured:
+        status, _, reply = http_request(node.addr, method, path, headers=headers)
+        assert status == 401 and b"replayed" in reply, (path, status, reply)
+        # never seen by this life, inside the 5-minute window: only its stamp gives it away
+        assert abs(time.time() - int(headers["X-P2P-Timestamp"])) < 300
+    assert http_request(node.addr, "GET", "/v1/status", secret=SECRET)[0] == 200
 
 
 def test_a_replayed_signed_request_gets_401(cluster: Callable[..., NodeProc]) -> None:

@@ -2,8 +2,11 @@
 
 Requests: the signature covers method, path (with query), a timestamp, a random nonce and the
 body's SHA-256, so a captured request cannot be altered, nor replayed after ``max_skew``
-seconds; within them :class:`ReplayCache` refuses a signature seen before. The server checks
-it with ``hmac.compare_digest`` before it decodes any body.
+seconds; within them :class:`ReplayCache` refuses a signature seen before. The cache lives in
+memory, so it also refuses a request stamped before it was made (the server process's start,
+less ``START_SKEW``): after a restart it cannot vouch for what it saw before, and a request
+captured then could otherwise be played back within the window. The server checks it with
+``hmac.compare_digest`` before it decodes any body.
 
 Answers: the server signs every answer to a signed request over the request's signature, the
 status and the body's SHA-256 (:func:`sign_response`), and the client refuses an answer whose
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -24,6 +28,10 @@ HEADER_SIG = "X-P2P-Signature"
 HEADER_TS = "X-P2P-Timestamp"
 HEADER_NONCE = "X-P2P-Nonce"
 HEADER_RESPONSE_SIG = "X-P2P-Response-Signature"
+#: seconds before a replay cache was made (its server's start) that a request may be stamped
+#: and still be taken: a peer's clock may run this far behind ours. Anything older may have
+#: been seen by this server's previous life, whose cache is gone: refused as a replay
+START_SKEW = 1.0
 
 
 def _request_mac(secret: bytes, method: str, path_qs: str, ts: int, nonce: str, body: bytes) -> str:
@@ -69,16 +77,21 @@ class ReplayCache:
     """Request signatures seen within the accepted window, so none is accepted twice.
 
     Entries expire ``2 * max_skew`` after their timestamp (a timestamp is accepted up to
-    ``max_skew`` either side of now). The table is bounded: when full, the oldest entry goes
-    and its timestamp becomes a floor; a request stamped at or below the floor is refused as
-    possibly replayed (only under a flood of signed requests: members' requests are fresh).
+    ``max_skew`` either side of now). A request stamped at or below ``floor`` is refused as
+    possibly replayed. The floor starts just under ``born - start_skew`` (``born``: when the
+    cache was made, by default now): the cache knows nothing of what came before it, e.g. of
+    the requests a restarted server took in its previous life. The table is bounded: when
+    full, the oldest entry goes and its timestamp raises the floor (only under a flood of
+    signed requests: members' requests are fresh).
     """
 
-    def __init__(self, max_skew: float = 300.0, max_entries: int = 200_000) -> None:
+    def __init__(self, max_skew: float = 300.0, max_entries: int = 200_000, born: float | None = None,
+                 start_skew: float = START_SKEW) -> None:
         self.max_skew = max_skew
         self.max_entries = max_entries
         self._seen: OrderedDict[str, int] = OrderedDict()  # signature -> timestamp, oldest first
-        self.floor = -1
+        born = time.time() if born is None else born
+        self.floor = math.ceil(born - start_skew) - 1  # the largest whole second before born - start_skew
 
     def __len__(self) -> int:
         return len(self._seen)

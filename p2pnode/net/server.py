@@ -30,7 +30,9 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
     every answer to a signed request (``X-P2P-Response-Signature``, p2pnode.net.auth).
 
     A request with no signature headers, or declaring a body over ``max_body``, is refused from
-    its headers alone, before its body is read. ``on_reject(reason)`` ("unauthorized",
+    its headers alone, before its body is read. A request stamped before this middleware was made
+    (the server's start, less ``auth.START_SKEW``) is refused as a replay: the replay cache,
+    in memory, cannot tell whether the server's previous life took it. ``on_reject(reason)`` ("unauthorized",
     "replayed", "too-large") lets the caller count refusals.
     """
 
@@ -57,7 +59,7 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
             return refuse(401, "unauthorized", "missing or bad signature")
         request_sig = request.headers[HEADER_SIG]
         if not replays.fresh(request_sig, int(request.headers[HEADER_TS])):
-            return refuse(401, "replayed", "request seen before (replayed)")
+            return refuse(401, "replayed", "request seen before, or signed before this node started (replayed)")
         try:
             resp = await handler(request)
         except web.HTTPException as exc:  # aiohttp 3: an answer raised, signed like any other
