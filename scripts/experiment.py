@@ -49,6 +49,8 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import asdict
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -99,21 +101,48 @@ PS_SERVER = ["--set", "node.role=ps", "--set", "compression.publish=topk:density
 PS_M09 = ["--set", "training.momentum=0.9"]
 PS_WORKER = ["--set", "node.role=ps-worker", "--set", "exchange.timeout=20", "--set", "training.eval_every=0"]
 SETTINGS = {
-    "single": "one p2pnode worker alone on the whole training set (--shard 0/1), the same samples as one worker: "
-              "momentum SGD 0.9, lr 0.2, cosine, batch 64",
+    "single": "one p2pnode worker alone, no peers (its shard and every value as run: the next column)",
     "ps": "p2pnode node.role=ps + 4 ps-workers: dense gradient pushes, dense weights, momentum SGD on the server "
           "with momentum 0.6 (0.9 less asynchrony's implicit momentum ~1 - 1/4), lr 0.05 per push (0.2 / 4), "
           "cosine over all pushes, asynchronous: " + " ".join(PS_SERVER[1::2]),
     "ps-m09": "as the parameter server, with momentum 0.9 on the server (on top of asynchrony's): "
               + " ".join(PS_M09[1::2]),
-    "ddp": "PyTorch DDP over gloo (benchlib.ddp): momentum SGD 0.9, lr 0.2, cosine, batch 64 per rank",
-    "hivemind": "hivemind 1.1.12 Optimizer, use_local_updates=True, parameters averaged every 16 local steps "
-                "(target batch 4 x 64 x 16), matchmaking_time 5 s, target_group_size 4, averaging_timeout 15 s, "
-                "momentum SGD 0.9, lr 0.2 with a linear warm-up over 3200 samples then cosine (hivemind's "
-                "scheduler, per epoch), gradient clipping at norm 5",
+    "ddp": "PyTorch DDP over gloo (benchlib.ddp), synchronous: every step all-reduces the dense gradient",
+    "hivemind": "hivemind Optimizer, use_local_updates=True: local momentum-SGD steps, parameters averaged "
+                "every average_every local steps (target batch workers x 64 x average_every), "
+                "target_group_size = workers, lr by hivemind's scheduler per epoch (warm-up, then cosine)",
     "p2p-paper": "p2pnode, Algorithm 1 as in the paper: " + " ".join(P2P_PAPER[1::2]),
-    "p2p-defaults": "p2pnode defaults (conf/node.toml)",
+    "p2p-defaults": "p2pnode's defaults (the schema's, which conf/node.toml shows), no --set beyond the "
+                    "experiment's common ones",
 }
+#: the resolved p2pnode settings recorded for every node of a run (``config`` in its result
+#: record): what the node's own configuration code made of its command line (p2pnode.cli)
+SHOWN = ("node.role", "training.shard", "training.partition", "training.batch_size", "training.optimizer",
+         "training.lr", "training.momentum", "training.lr_schedule", "training.warmup_samples",
+         "training.grad_clip", "training.weight_decay", "training.max_samples", "training.outer",
+         "training.eval_every", "training.eval_samples", "training.seed", "exchange.every",
+         "exchange.peers_per_round", "exchange.averaging", "exchange.peer_selection", "exchange.robust",
+         "exchange.timeout", "exchange.consensus_tolerance", "compression.gradient", "compression.gradient_memory",
+         "compression.publish", "compression.publish_every", "compression.publish_on", "compression.value_dtype",
+         "http.snapshot_rate_per_source")
+#: what benchlib.ddp and benchlib.hivemind_run fix in their code (not fields of their run): recorded
+#: beside each run's fields
+BASELINE_FIXED = {"batch_size": 64, "optimizer": "sgd", "momentum": 0.9, "lr_schedule": "cosine", "threads": 1}
+
+
+def effective_config(command: list[str]) -> dict[str, Any]:
+    """The settings a ``p2pnode start`` command line resolves to, by p2pnode's own parser and
+    configuration code (the values a node of the run trained with, defaults included)."""
+    from p2pnode import cli
+
+    parser = argparse.ArgumentParser()
+    cli._start_parser(parser.add_subparsers())
+    cfg = cli.build_config(parser.parse_args(command[command.index("start"):]))
+    out: dict[str, Any] = {}
+    for key in SHOWN:
+        section, name = key.split(".")
+        out[key] = getattr(getattr(cfg, section), name)
+    return out
 
 
 def capped_nodes(cond: str, system: str) -> list[int] | None:
@@ -212,6 +241,7 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
     shutil.rmtree(root, ignore_errors=True)
     before = link_bytes(topo)
     cluster = Cluster(root, n, node_args, args.port, place)
+    config = [{"node": i, **effective_config(node.command())} for i, node in enumerate(cluster.nodes)]
     last: dict[int, dict[str, Any]] = {}
     seen: dict[int, tuple[int, Any]] = {}
     start, shown, t0 = time.monotonic(), 0.0, None
@@ -252,7 +282,8 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
         nodes.append({"node": i, "role": "server" if system.startswith("ps") and i == 0 else "worker", **evals[i],
                       "steps": t.get("step"), "samples": t.get("samples"), "train_seconds": t.get("train_seconds"),
                       "bytes": moved[i] if moved else app, "bytes_source": "link" if moved else "http"})
-    return {"nodes": nodes, "wall": wall, "ok": all(i in last and finished(last[i]) for i in judged)}
+    return {"nodes": nodes, "wall": wall, "ok": all(i in last and finished(last[i]) for i in judged),
+            "config": config}
 
 
 def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, place: Place, topo: Topology | None,
@@ -264,12 +295,16 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo is not None else {}
     print(f"  [{run}] running (its per-step records are read at the end)", flush=True)
     started = time.monotonic()
+    spec: DdpRun | HivemindRun
     if system == "ddp":
-        results = [run_ddp(DdpRun(workers=NODES, samples=args.samples, log_dir=str(folder), eval_every=args.eval_every),
-                           place, wait=args.timeout, env=env)]
+        spec = DdpRun(workers=NODES, samples=args.samples, log_dir=str(folder), eval_every=args.eval_every)
+        results = [run_ddp(spec, place, wait=args.timeout, env=env)]
     else:
-        results = run_hivemind(HivemindRun(workers=NODES, samples=args.samples, log_dir=str(folder),
-                                           eval_every=args.eval_every), place, wait=args.timeout, env=env)
+        spec = HivemindRun(workers=NODES, samples=args.samples, log_dir=str(folder), eval_every=args.eval_every)
+        results = run_hivemind(spec, place, wait=args.timeout, env=env)
+    # every field of the run as given, and what its module fixes; hivemind's version as installed
+    fields = {k: v for k, v in asdict(spec).items() if k not in ("log_dir", "port")}
+    config = [{**BASELINE_FIXED, **fields, **({"hivemind": version("hivemind")} if system == "hivemind" else {})}]
     wall = time.monotonic() - started
     moved = [b - a for a, b in zip(before, link_bytes(topo))]
     failed = [r["failed"] for r in results if "failed" in r]
@@ -283,7 +318,7 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     nodes = [{"node": r, "role": "worker", **evals[r], "steps": args.samples // 64, "samples": args.samples,
               "bytes": moved[r] if moved else (2 * sent / NODES if sent else None),
               "bytes_source": "link" if moved else ("computed" if sent else None)} for r in range(NODES)]
-    return {"nodes": nodes, "wall": wall, "ok": not failed, "failed": failed[:1]}
+    return {"nodes": nodes, "wall": wall, "ok": not failed, "failed": failed[:1], "config": config}
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str]]:

@@ -60,6 +60,43 @@ def label(r: Run, cond: str) -> str:
     return name if r.cond == cond or r.system == "single" else f"{name} (its {r.cond} run)"
 
 
+def value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def group_text(configs: list[dict[str, Any]], base: dict[str, Any] | None = None) -> str:
+    """``key=value`` of every setting, those that differ between the nodes as ``a, b, c`` (one per
+    node); with ``base``, only the settings whose values are not all ``base``'s."""
+    keys = [k for k in configs[0] if k != "node"]
+    out = []
+    for k in keys:
+        vals = [c.get(k) for c in configs]
+        if base is not None and all(v == base.get(k) for v in vals):
+            continue
+        if len(set(map(value, vals))) == 1:
+            out.append(f"{k}={value(vals[0])}")
+        else:
+            out.append(f"{k}={', '.join(value(v) for v in vals)} (one per node)")
+    return " ".join(out) or "the same"
+
+
+def config_text(config: list[dict[str, Any]] | None) -> str:
+    """A run's settings as it ran them (its result record's ``config``: every p2pnode node's
+    resolved configuration, or a baseline's run fields): a parameter server's server, then what
+    its workers set otherwise."""
+    if not config:
+        return "- (not recorded in this log)"
+    servers = [c for c in config if c.get("node.role") == "ps"]
+    others = [c for c in config if c.get("node.role") != "ps"]
+    if servers and others:
+        return (f"server: {group_text(servers)}; each of its {len(others)} workers, where it differs: "
+                f"{group_text(others, servers[0])}")
+    text = group_text(config)
+    if config[0].get("training.shard") == "0/1" and len(config) == 1:
+        text += " (shard 0/1: the whole training set)"
+    return text
+
+
 def load_text(r: Run) -> str:
     load = r.result.get("load")
     return f"{load['start'][0]:.1f} / {load['end'][0]:.1f}" if load else "-"
@@ -276,6 +313,14 @@ def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None 
     settings = {**meta.get("settings", {}), **{r.system: r.result["settings"] for r in runs.values()
                                                if r.result.get("settings")}}
     settings = {k: settings[k] for k in sorted(settings, key=lambda k: ORDER.index(k) if k in ORDER else 99)}
+    # the values each system ran with, as its runs recorded them (one line per distinct set)
+    as_run: dict[str, list[str]] = {}
+    for r in runs.values():
+        if r.result:
+            text = config_text(r.result.get("config"))
+            if text not in as_run.setdefault(r.system, []):
+                as_run[r.system].append(text)
+    params = f"{ratio['cnn_params']:,}".replace(",", " ") if ratio and ratio.get("cnn_params") else "421 642"
     took = "".join(f"- the command ran {e['runs']} runs in {e['wall'] / 60:.1f} minutes (wall time, start-up and "
                    f"final evaluations included); load average at its end {', '.join(f'{v:.1f}' for v in e['load'])} "
                    f"(1, 5, 15 min)\n" for e in data.ends)
@@ -290,13 +335,20 @@ def report(log: Path, out: Path, figdir: Path, command: str, notes: Path | None 
         + f"\n{command}  # this page alone, again from the log (the full run does it at its end)\n```\n",
         (f"- {meta.get('nodes', 4)} workers, {meta.get('samples', '?')} training samples "
         f"each{' (--quick)' if meta.get('quick') else ''}; periodic test evaluation every {meta.get('eval_every')} "
-        f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN (421 642 parameters, "
-        f"the same initial weights), worker i trains on iid shard i of 4, batch 64, momentum 0.9 (a parameter server's "
-        f"own: its settings below), cosine schedule over its samples; gradient clipping at norm 5 and a linear learning-rate warm-up over 3200 samples in "
-        f"p2pnode's processes (single, PS, p2pnode: its defaults) and in hivemind (the same recipe), none in DDP; "
-        f"1 torch thread a process (OMP_NUM_THREADS=1)\n{took}"),
-        "## Settings of every system\n\n" + table(["system", "settings"],
-                                                  [[NAMES.get(k, k), v] for k, v in settings.items()], "ll") + "\n",
+        f"steps on 1000 test images\n- common to every system: Fashion-MNIST, the small CNN ("
+        f"{params} "
+        f"parameters), worker i of a distributed system's {meta.get('nodes', 4)} trains on iid shard i (the single "
+        f"process: shard 0/1, the whole training set), batch 64, samples per worker as above, "
+        f"1 torch thread a process (OMP_NUM_THREADS=1); everything else each system ran with is in its row below\n"
+        f"{took}"),
+        "## Settings of every system\n\nWhat each system is, and the values it ran with as its runs recorded them "
+        "in the log: for p2pnode's processes (single process, parameter server, p2pnode) every node's configuration "
+        "as p2pnode's own parser resolved its command line, defaults included (a setting that differs between "
+        "nodes: one value per node); for DDP and hivemind the fields of their run (benchlib.ddp.DdpRun, "
+        "benchlib.hivemind_run.HivemindRun) and what their code fixes.\n\n"
+        + table(["system", "what it is", "as run"],
+                [[NAMES.get(k, k), v, " / ".join(as_run.get(k, [])) or "-"] for k, v in settings.items()], "lll")
+        + "\n",
         "## What each condition caps\n\nEvery machine of a capped condition is a network namespace of its own on "
         "one bridge; a capped link is limited both ways (`tc tbf` on both ends of its veth). Where a condition "
         "caps nothing of a system, that system's run in another condition stands in for it (named in the row).\n\n"
