@@ -65,9 +65,25 @@ class Pane:
         moment after the pane is marked dead, until tmux has reaped the process)."""
         dead, status, signal = self._run("display-message", "-p", "-t", "w",
                                          "#{pane_dead}:#{pane_dead_status}:#{pane_dead_signal}").strip().split(":")
-        if dead != "1" or not (status or signal):
-            return None  # running, or dead before tmux reaped it (the pty closes first)
-        return int(status) if status else 128 + int(signal)
+        if dead == "1" and (status or signal):
+            return int(status) if status else 128 + int(signal)
+        return self._zombie_status()
+
+    def _zombie_status(self) -> int | None:
+        """The exit status of a command that ended but that tmux has not reaped yet, from the kernel.
+
+        A CI run saw the watch a zombie (it had exited) for the whole 30 s the test waited while
+        tmux still showed the pane alive: whether the command ended is the kernel's word, not
+        tmux's. ``/proc/PID/stat``'s last field is the exit code as ``waitpid`` reports it."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None  # reaped between tmux's answer and ours: tmux has the status now
+        if fields[0] != "Z":
+            return None  # still running
+        code = int(fields[-1])
+        return 128 + (code & 0x7F) if code & 0x7F else code >> 8
 
     def diagnose(self) -> str:
         """If the command still runs: its kernel state and signal masks, then its Python stacks
