@@ -1,8 +1,16 @@
 """One member of four serves a sign-flipped model (benchlib/poison.py: a proxy in front of a real
 node, which its peers verify and keep as a member). With robust averaging (the default) the
 three honest nodes end near the attack-free outcome, refuse the poisoned models as outliers and
-never refuse each other's; without it (exchange.robust = none) the same attack wrecks them, so
-this test can fail.
+never refuse each other's.
+
+The attack is real in this run itself: the proxy served poisoned models (``served > 0``) and at
+least two honest nodes measured them beyond the refusal bound (their outlier counts): a proxy that
+served honest models would leave those at 0 and fail. What the attack does without a defence is
+not run here again (a second cluster, half of this test's time): with ``exchange.robust = none``
+these very settings ended at 0.10-0.17 (sign-flip; 10.00 % in docs/BENCHMARKS.md "Poisoned
+models"), far under the bar, and tests/test_robust_averaging.py shows the same gossip without
+clipping turning the honest models into the poison. So broken robust averaging fails this test by
+its accuracy bar, and broken outlier refusal by its outlier counts.
 
 The attack-free outcome is a measured figure, not a third cluster run here (that run took a
 third of this test's time): ``ATTACK_FREE`` is the honest median of attack-free runs of these
@@ -11,7 +19,7 @@ robust averaging gives chance (~0.10) and fails the bar by far; a change of the 
 defaults that moves the attack-free figure by more than the tolerance fails it too, and then
 ``ATTACK_FREE`` is measured again (``train_attacked(..., "none", ...)`` with these arguments).
 
-4 real torch nodes on Fashion-MNIST, 4000 samples each, two runs; every evaluation (each node's
+4 real torch nodes on Fashion-MNIST, 4000 samples each, one run; every evaluation (each node's
 final one, the test's of each checkpoint) on the first 2000 test images (benchlib.testdata):
 the whole test set made evaluation most of the test's time. Slow."""
 
@@ -53,11 +61,10 @@ def test_one_sign_flipping_member_of_four_leaves_the_honest_nodes_near_the_attac
     port = 7671
     attacked, served = train_attacked("clip", tmp_path, 4, SAMPLES, "sign-flip", port=port, timeout=300,
                                       progress=keep, data_dir=data)
-    undefended, _ = train_attacked("none", tmp_path, 4, SAMPLES, "sign-flip", ["--set", "exchange.robust=none"],
-                                   port=7681, timeout=300, data_dir=data)
-    a, u = honest_median(attacked.rows), honest_median(undefended.rows)
+    a = honest_median(attacked.rows)
     assert served > 0
-    print(f"honest median: sign-flip with clipping {a:.4f}, without {u:.4f} (attack-free: {ATTACK_FREE})")
+    print(f"honest median: sign-flip with clipping {a:.4f} (attack-free: {ATTACK_FREE}); "
+          f"outliers refused: {[r.outliers for r in attacked.rows]}")
     # two of the honest nodes meet the attacker (exponential graph over sorted ids): they refused
     # its models as outliers...
     assert sum(r.outliers > 0 for r in attacked.rows if r.node != 3) >= 2, attacked.rows
@@ -67,4 +74,3 @@ def test_one_sign_flipping_member_of_four_leaves_the_honest_nodes_near_the_attac
         refused = {p["addr"]: p["outliers"] for p in last[i]["peers"].values() if p["addr"] in honest}
         assert refused and not any(refused.values()), (i, last[i]["peers"])
     assert a >= ATTACK_FREE - 0.02, (ATTACK_FREE, a)
-    assert u <= ATTACK_FREE - 0.10, (ATTACK_FREE, u)  # without robust averaging the attack does real damage

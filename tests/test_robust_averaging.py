@@ -13,7 +13,7 @@ from torch import nn
 
 from p2pnode.config import Config, ConfigError, set_option
 from p2pnode.worker.averaging import average_into, relative_distance
-from p2pnode.worker.robust import ClipRadius, make_clipper
+from p2pnode.worker.robust import ClipDecision, ClipRadius, make_clipper
 
 
 def flat(model: nn.Module) -> torch.Tensor:
@@ -131,13 +131,14 @@ def test_a_hostile_minority_cannot_make_a_node_spread() -> None:
             assert decision.refused and not decision.spread
 
 
-def simulate(models: list[np.ndarray], hostile: dict[int, str], exchanges: int, seed: int = 0) -> int:
+def simulate(models: list[np.ndarray], hostile: dict[int, str], exchanges: int, seed: int = 0,
+             robust: bool = True) -> int:
     """Gossip with the worker's rule, in place: each exchange one node averages one random peer's
-    model in with weight 1/2, clipped (``average_into``'s arithmetic on flat vectors); a hostile
-    node serves a poisoned version of its model and never averages. Returns how many poisoned
-    models were averaged in."""
+    model in with weight 1/2, clipped (``average_into``'s arithmetic on flat vectors; ``robust``
+    False: whole, as with ``exchange.robust = "none"``); a hostile node serves a poisoned version
+    of its model and never averages. Returns how many poisoned models were averaged in."""
     rng = np.random.default_rng(seed)
-    clips = [ClipRadius() for _ in models]
+    clips = [ClipRadius() if robust else None for _ in models]
     taken = 0
     for _ in range(exchanges):
         i, j = rng.choice(len(models), size=2, replace=False)
@@ -145,7 +146,8 @@ def simulate(models: list[np.ndarray], hostile: dict[int, str], exchanges: int, 
             continue
         peer = {"sign-flip": -models[j], "x100": 100 * models[j]}.get(hostile.get(j, ""), models[j])
         distance = float(np.linalg.norm(peer - models[i]) / np.linalg.norm(models[i]))
-        decision = clips[i].decide(str(j), distance)
+        clip = clips[i]
+        decision = clip.decide(str(j), distance) if clip is not None else ClipDecision(1.0, math.inf)
         if not decision.refused:
             models[i] = models[i] + 0.5 * decision.scale * (peer - models[i])
             taken += j in hostile
@@ -182,6 +184,23 @@ def test_one_poisoned_node_of_four_barely_moves_the_honest_ones(attack: str, see
     assert max(np.linalg.norm(a - b) / norm for a in honest for b in honest) < 0.02
     for m in honest:
         assert abs(np.linalg.norm(m) / norm - 1) < 0.1, np.linalg.norm(m) / norm
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_without_clipping_one_sign_flipping_node_of_four_turns_the_honest_ones_into_its_poison(seed: int) -> None:
+    """The damage the defence above prevents (what tests/test_poisoned_peer.py no longer runs on a
+    real cluster): the same gossip with every model averaged in whole drags the honest models to
+    the attacker's -x: they end pointing against where they started (with clipping: along it)."""
+    def cosines(robust: bool) -> list[float]:
+        rng = np.random.default_rng(4)
+        base = rng.standard_normal(1000)
+        models = [base + 0.01 * rng.standard_normal(1000) for _ in range(4)]
+        taken = simulate(models, {3: "sign-flip"}, 400, seed, robust=robust)
+        assert (taken > 10) if not robust else (taken <= 1)
+        return [float(m @ base / (np.linalg.norm(m) * np.linalg.norm(base))) for m in models[:3]]
+
+    assert all(c < -0.9 for c in cosines(robust=False))
+    assert all(c > 0.99 for c in cosines(robust=True))
 
 
 def test_a_hostile_peer_cannot_widen_the_radius_even_half_of_the_exchanges() -> None:
