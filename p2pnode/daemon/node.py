@@ -293,6 +293,10 @@ class Node:
         if self.secret is None:
             log.warning("no cluster secret: any host that reaches %s can talk to this node (requests are not "
                         "authenticated); set node.secret_file (docs/OPERATIONS.md)", self.addr)
+            if self.cfg.membership.protocol == "simple":
+                # the simple protocol takes any member list and any leave it is sent (MEMBERSHIP.md)
+                log.warning("membership.protocol = simple without a secret: any host can add members or "
+                            "mark one left; use it only on a trusted network, or use swim (the default)")
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
