@@ -27,7 +27,12 @@ PAYLOAD = 4 << 20  # far more than a pipe holds: a write of it blocks until the 
 
 
 def small_config(state_dir: str) -> Config:
+    """The torch-free worker (p2pnode/worker/stub.py): these tests are of the supervisor's side of
+    the pipe, and the stub reads it as the torch worker does (``recv_bytes`` and the pipe
+    protocol's ``decode``: an interleaved stream corrupts it too), answers a junk payload
+    "malformed" as it does, and starts in a fraction of a second, not the seconds of torch's import."""
     cfg = Config()
+    cfg.training.worker = "stub"
     cfg.node.state_dir = state_dir
     cfg.training.data = "synthetic"
     cfg.training.synthetic_samples = 512
