@@ -166,6 +166,8 @@ def run(args) -> dict:
 
     mu = args.beta
     log2 = max(1, int(math.log2(n)))
+    teacher = [flat(base).clone() for _ in range(n)]  # --ntd: each node's model after its last average
+    scratch = build_model("cnn", in_channels=1)
     # --pace lr: exchange after a budget of summed learning rate (how far a node can have drifted)
     # instead of every H steps; the budget gives as many exchanges over the run as every H steps
     pace_budget = sum(lr_at(s, steps, args.lr, warm) for s in range(steps)) * H / steps
@@ -184,7 +186,21 @@ def run(args) -> dict:
                 # logit adjustment by the node's own label prior (Menon et al. 2021; FedLC, Zhang
                 # et al. 2022): the loss no longer pays a node for pushing down classes it lacks
                 logits = logits + args.logit_adjust * log_prior[i]
-            F.cross_entropy(logits, by).backward()
+            loss = F.cross_entropy(logits, by)
+            if args.ntd > 0:
+                # not-true distillation (FedNTD, Lee et al. 2022): keep what the node's model knew
+                # right after its last average about the classes a sample is *not*, so local steps
+                # on a few classes do not erase the network's knowledge of the others
+                set_flat(scratch, teacher[i])
+                with torch.no_grad():
+                    t_logits = scratch(bx)
+                keep = torch.ones_like(logits, dtype=torch.bool)
+                keep[torch.arange(len(by)), by] = False
+                s_nt = logits[keep].view(len(by), -1) / args.ntd_tau
+                t_nt = t_logits[keep].view(len(by), -1) / args.ntd_tau
+                loss = loss + args.ntd * args.ntd_tau ** 2 * F.kl_div(
+                    F.log_softmax(s_nt, 1), F.log_softmax(t_nt, 1), log_target=True, reduction="batchmean")
+            loss.backward()
             g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
             if args.clip > 0:  # the daemon's training.grad_clip (without it dir0.1 is on the edge of blowing up)
                 g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
@@ -223,16 +239,19 @@ def run(args) -> dict:
                 set_flat(models[i], x + args.w * (src - x))
             continue
         pace_acc += lr
+        early = s < args.early_frac * steps  # --early-*: more gossip while the models change fast
+        H_now = args.early_every if early and args.early_every else H
+        dens_now = args.early_density if early and args.early_density else args.density
         if args.pace == "lr":
             exchange_now = pace_acc >= pace_budget
         else:
-            exchange_now = (s + 1) % H == 0
+            exchange_now = (s + 1) % H_now == 0
         if exchange_now:
             pace_acc = 0.0
             rnd_count += 1
             # publish
             for i in range(n):
-                q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, args.density)
+                q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, dens_now)
                 xhat[i] += q
                 bytes_sent += (q != 0).sum().item() * 8
                 wire_sent += wire_bytes(q)
@@ -266,6 +285,7 @@ def run(args) -> dict:
                     mom[i].zero_()
             for i in range(n):
                 set_flat(models[i], newx[i])
+                teacher[i] = newx[i].clone()
             if args.m_mix != "none":
                 # the momentum buffers averaged with the same peer as the model: each node's buffer
                 # is then (nearly) the network's, as in DDP, instead of a sum of its own gradients
@@ -400,6 +420,11 @@ def main() -> None:
     ap.add_argument("--pace", default="steps", help="steps: exchange every --every steps; lr: after as much summed lr")
     ap.add_argument("--dense-below", type=int, default=0, help="tensors with fewer entries published whole")
     ap.add_argument("--large-density", type=float, default=0.0, help="density of the other tensors (0: --density)")
+    ap.add_argument("--early-frac", type=float, default=0.0, help="share of the steps counted as early")
+    ap.add_argument("--early-every", type=int, default=0, help="exchange period while early (0: --every)")
+    ap.add_argument("--early-density", type=float, default=0.0, help="publish density while early (0: --density)")
+    ap.add_argument("--ntd", type=float, default=0.0, help="weight of not-true distillation from the model after the last average (0: off)")
+    ap.add_argument("--ntd-tau", type=float, default=1.0, help="--ntd: softmax temperature")
     ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
     args = ap.parse_args()
     global VALUE_BITS, DENSE_BELOW, FC_DENSITY
