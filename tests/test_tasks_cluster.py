@@ -163,9 +163,9 @@ def test_three_nodes_train_the_example_language_model(cluster: Start, tmp_path: 
 @pytest.mark.timeout(200)
 def test_a_node_with_another_task_is_refused_naming_both(cluster: Start, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(TESTS))  # task_fixtures, for the second node's worker and probe
-    a = cluster("a", extra=quiet())
-    a.wait_ready(90)
+    a = cluster("a", extra=quiet())  # both start at once (b joins through a when it answers)
     b = cluster("b", seeds=[a.addr], extra=quiet(training__task="task_fixtures:blobs"))
+    a.wait_ready(90)
     b_id, a_id = b.wait_ready(90)["node_id"], a.status()["node_id"]
     ours = "task 'cnn/synthetic'"
     theirs = "task 'task_fixtures:blobs'"
