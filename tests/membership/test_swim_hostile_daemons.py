@@ -1,5 +1,6 @@
-"""A stranger against real ``p2pnode start`` daemons (synthetic data, no secret): the membership
-rows of issue 8's attack table, each asserting the fixed behaviour.
+"""A stranger against real ``p2pnode start`` daemons (synthetic data, no secret; the torch-free
+worker, nodes.STUB: membership is the point, and it starts in a fraction of a second): the
+membership rows of issue 8's attack table, each asserting the fixed behaviour.
 
 The attacker is a raw HTTP client posting crafted SWIM messages (encoded exactly as a node
 encodes them); the "third party" is somebody else's aiohttp server on loopback that counts
@@ -22,7 +23,7 @@ import pytest
 from aiohttp import web
 from daemon_util import http_request, metrics_text, sample_value
 
-from nodes import NodeProc, free_port, wait_for
+from nodes import STUB, NodeProc, free_port, wait_for
 from p2pnode.daemon import identity
 from p2pnode.membership.swim.messages import (Alive, Dead, Gossip, Left, Message, PushPull, Record, Suspect, decode,
                                               encode)
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.slow
 HUGE = 2**63 - 1
 # a short training run (then the nodes keep averaging at 1 Hz: exchanges to watch), members.json
 # written every second
-ARGS = ["--set", "checkpoint.interval=1", "--set", "training.max_samples=3000"]
+ARGS = [*STUB, "--set", "checkpoint.interval=1", "--set", "training.max_samples=3000"]
 
 
 class ThirdParty:
