@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from daemon_util import worker_pid
-from nodes import wait_for
+from nodes import STUB, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,9 @@ pytestmark = pytest.mark.slow
 #: A long exchange timeout, so that a loaded test machine cannot charge the peer a real
 #: timeout; a long publish log, so that the peer still has every version we last fetched and
 #: answers our old ``since`` with a delta (the case the old code took for the peer's fault).
-EXTRA = ["--set", "membership.protocol=simple", "--set", "exchange.timeout=10",
+#: The torch-free worker (nodes.STUB): it keeps real replicas of its peers (p2pnode.wire.replica)
+#: that die with it, as the torch worker's do, and starts again in a fraction of a second.
+EXTRA = [*STUB, "--set", "membership.protocol=simple", "--set", "exchange.timeout=10",
          "--set", "compression.log_size=100000"]
 
 
