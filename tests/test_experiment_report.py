@@ -1,13 +1,16 @@
 """The experiment report (scripts/experiment_report.py) from a small recorded log of
-scripts/experiment.py (tests/data/experiment_small.jsonl: the default plan, all three
-conditions, 1 500 samples per worker, every other poll kept): every table and figure is built,
-the paper's figures stand beside ours, what each run capped is printed (the server-only
-condition with its stand-in runs named), the goals are judged from the log's numbers. No training."""
+scripts/experiment.py (tests/data/experiment_small.jsonl: the full run of 2026-11-25, the default
+plan, all three conditions, 20 000 samples per worker, every record kept but of each node's
+polls only every 20th, those with a test accuracy, and its last; its loopback hivemind run hung):
+every table and figure is built, the paper's figures stand beside ours, what each run capped is
+printed (the server-only condition with its stand-in runs named), every value each system ran
+with is printed from the log, the goals are judged from the log's numbers. No training."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import statistics
 import sys
 from itertools import pairwise
@@ -48,9 +51,34 @@ def test_report_builds_every_table_and_figure_from_the_log(tmp_path: Path) -> No
     # every run's final test accuracy (a parameter server's: its server's) and settings are printed
     for r in results:
         judged = [n for n in r["nodes"] if n.get("role") == "server"] or r["nodes"]
-        cells = ", ".join(f"{100 * n['test_acc']:.1f} %" for n in judged)
+        # (a run that hung has no final model for some nodes: only those that have one are printed)
+        cells = ", ".join(f"{100 * n['test_acc']:.1f} %" for n in judged if n["test_acc"] is not None)
         assert f"| {rep.NAMES[r['system']]} |" in text and cells in text, (r["run"], cells)
         assert r["settings"] in text
+    # ...and every value each system ran with, as the log recorded it (each p2pnode node's resolved
+    # configuration, a baseline's run fields): in its row of the settings table, read from the log
+    section = text[text.index("## Settings of every system"):text.index("## What each condition caps")]
+    for r in results:
+        row = next(ln for ln in section.splitlines() if ln.startswith(f"| {rep.NAMES[r['system']]} |"))
+        assert len(r["config"][0]) >= 10, r["run"]
+        for key in r["config"][0]:
+            if key == "node":
+                continue
+            for val in {rep.value(c[key]) for c in r["config"]}:  # one value, or one per node
+                assert re.search(rf"{re.escape(key)}=([^ ]+, )*{re.escape(val)}(,| |;)", row), (r["run"], key, val)
+    # p2pnode's defaults row names the values of the defaults it ran, not the words "defaults"
+    defaults = next(r for r in results if r["system"] == "p2p-defaults")["config"]
+    row = next(ln for ln in section.splitlines() if ln.startswith(f"| {rep.NAMES['p2p-defaults']} |"))
+    for key in ("training.lr", "exchange.every", "compression.publish", "compression.publish_on",
+                "compression.value_dtype", "exchange.peer_selection", "exchange.robust", "training.grad_clip",
+                "training.warmup_samples"):
+        assert f"{key}={rep.value(defaults[0][key])}" in row, key
+    assert "training.shard=" + ", ".join(c["training.shard"] for c in defaults) + " (one per node)" in row
+    # the single process's shard is what it ran with (0/1: the whole training set)
+    single_cfg = next(r for r in results if r["system"] == "single")["config"][0]
+    row = next(ln for ln in section.splitlines() if ln.startswith(f"| {rep.NAMES['single']} |"))
+    assert f"training.shard={single_cfg['training.shard']}" in row
+    assert ("the whole training set" in row) == (single_cfg["training.shard"] == "0/1")
     # Table I's median is the log's: seconds over batches between consecutive polls, per worker
     single = next(r for r in results if r["system"] == "single")
     pts = [s for s in recs if s["kind"] == "sample" and s["run"] == single["run"]]
@@ -93,7 +121,10 @@ def test_report_builds_every_table_and_figure_from_the_log(tmp_path: Path) -> No
                     and f"against the {rep.NAMES[server]}:" in ln)
         a, b = median_batch("loopback/p2p-defaults"), median_batch(f"300mbit/{server}")
         assert f"median batch {a:.3f} s against {b:.3f} s" in line, line
-        assert "(its loopback run)" in line and ("**holds" if a < b else "**does not hold") in line
+        # faster per batch: it holds (at least per batch); slower: at most to 85 % only
+        assert "(its loopback run)" in line
+        assert ("**holds" in line and "to 85 % only" not in line) if a < b else \
+            ("**holds to 85 % only**" in line or "**does not hold**" in line), line
     assert "- ratio (every link capped):" in goals and "3x sooner" in goals
 
     # three figures a condition, real PNGs, each shown with the command that made it under it
