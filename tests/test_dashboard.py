@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from daemon_util import http_request
-from nodes import NodeProc, wait_for
+from nodes import STUB, NodeProc, wait_for
 from p2pnode.daemon.cluster import ClusterLimits, ClusterView, edge_counters
 from p2pnode.daemon.dashboard import ASSETS, load_assets
 from p2pnode.daemon.history import History
@@ -181,7 +181,7 @@ SECRET, TOKEN = b"cluster-secret-1", "read-only-token-2"
 def test_with_a_secret_the_page_needs_the_token_or_the_secret(cluster: Any, tmp_path: Path) -> None:
     (tmp_path / "secret").write_bytes(SECRET + b"\n")
     (tmp_path / "token").write_text(TOKEN + "\n")
-    node: NodeProc = cluster("a", extra=["--set", f"node.secret_file={tmp_path / 'secret'}",
+    node: NodeProc = cluster("a", extra=[*STUB, "--set", f"node.secret_file={tmp_path / 'secret'}",
                                          "--set", f"node.dashboard_token_file={tmp_path / 'token'}"])
     bearer = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -225,7 +225,7 @@ def test_with_a_secret_the_page_needs_the_token_or_the_secret(cluster: Any, tmp_
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_without_a_secret_the_page_is_open(cluster: Any) -> None:
-    node = cluster("a")
+    node = cluster("a", extra=STUB)
     node.wait_ready()
     with urllib.request.urlopen(f"http://{node.addr}/", timeout=5) as resp:
         assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/html")
