@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nodes import NodeProc, wait_for
+from nodes import STUB, NodeProc, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +42,11 @@ def browser() -> Iterator[Any]:
 
 
 def three_nodes(cluster: Any) -> list[NodeProc]:
-    a = cluster("a")
+    """Three real daemons with the torch-free worker (nodes.STUB): the page is the point, and the
+    stub reports loss, accuracy, rate and bytes as the torch worker does."""
+    a = cluster("a", extra=STUB)
     a.wait_ready()
-    nodes = [a, cluster("b", seeds=[a.addr]), cluster("c", seeds=[a.addr])]
+    nodes = [a, cluster("b", seeds=[a.addr], extra=STUB), cluster("c", seeds=[a.addr], extra=STUB)]
     ids = {n.wait_ready()["node_id"] for n in nodes}
     for n in nodes:
         wait_for(lambda n=n: {m["node_id"] for m in n.status()["members"] if m["state"] == "alive"} == ids, 30,
