@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nodes import wait_for
+from nodes import STUB, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -123,9 +123,9 @@ def step_of(screen: str, node_id: str) -> int | None:
 
 @pytest.mark.timeout(180)
 def test_watch_redraws_the_cluster_table_in_place(cluster: Any, tmux: str) -> None:
-    a = cluster("a")
+    a = cluster("a", extra=STUB)  # the torch-free worker: the terminal is the point; it steps on
     a.wait_ready()
-    b = cluster("b", seeds=[a.addr])
+    b = cluster("b", seeds=[a.addr], extra=STUB)
     ids = [n.wait_ready()["node_id"] for n in (a, b)]
     wait_for(lambda: all(m["state"] == "alive" for m in a.status()["members"]) and len(a.status()["members"]) == 2,
              30, "a to see b")
