@@ -73,4 +73,6 @@ def test_one_sign_flipping_member_of_four_leaves_the_honest_nodes_near_the_attac
     for i in range(3):
         refused = {p["addr"]: p["outliers"] for p in last[i]["peers"].values() if p["addr"] in honest}
         assert refused and not any(refused.values()), (i, last[i]["peers"])
-    assert a >= ATTACK_FREE - 0.02, (ATTACK_FREE, a)
+    # 4 pt: attacked runs of these settings ended 0.7575-0.7695 (2026-11-25), attack-free ones
+    # 0.7695-0.7765, so 2 pt left a run of noise from failing; a broken defence ends at 0.10-0.17
+    assert a >= ATTACK_FREE - 0.04, (ATTACK_FREE, a)
