@@ -30,12 +30,13 @@ docs/EXPERIMENTS.md with the paper's tables side by side and the figures
 (``scripts/experiment_report.py``).
 
     sudo bash scripts/experiment.sh                       # from a fresh clone: .venv, the bench extra, the full run
-    sudo .venv/bin/python scripts/experiment.py --quick   # ratio only, 4 000 samples: under 10 minutes
+    sudo .venv/bin/python scripts/experiment.py --quick   # ratio only, 4 000 samples: 7 minutes at load 3.5-5.4
     sudo .venv/bin/python scripts/experiment.py           # the full run: 13 runs, 20 000 samples per worker
 
 The full run (no flags) writes its log to docs/experiments/full.jsonl and then docs/EXPERIMENTS.md
-with its figures; it took 30.4 minutes on this 2-core machine, shared, load average 0.1-4.3 (the
-report says how long, with the load averages). 20 000 samples per worker, not the 30 000 of the first full run, to fit that:
+with its figures; on this 2-core machine, shared, it took 30.4 minutes at load average 0.1-4.3
+(2026-11-24) and 43.8 at 3.9-10.1 (2026-11-25, the committed report; the report says how long,
+with the load averages). 20 000 samples per worker, not the 30 000 of the first full run, to fit that:
 p2pnode still reaches 85 % early and ends within 1 pt of the single process for the same samples.
 
 Needs root for the namespaces (without it, only ``--conditions loopback`` runs).
@@ -335,7 +336,7 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer samples per worker (under 10 minutes)")
+    ap.add_argument("--quick", action="store_true", help="the ratio condition, 4000 samples per worker (7 minutes at load 3.5-5.4)")
     ap.add_argument("--systems", nargs="+", default=None, choices=SYSTEMS,
                     help="run these in every condition (default: each condition's plan, see the docstring)")
     ap.add_argument("--conditions", nargs="+", default=None, choices=CONDITIONS,
