@@ -30,9 +30,11 @@ output line, starts the others with it, and returns every rank's result dict (or
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -82,7 +84,8 @@ def run_hivemind(run: HivemindRun, place: Place = loopback, wait: float = 3600.0
     def start(rank: int, peers: str) -> subprocess.Popen[str]:
         return subprocess.Popen([*place(rank)[0], sys.executable, "-m", "benchlib.hivemind_run", "--rank", str(rank),
                                  "--host", place(rank)[1], "--initial-peers", peers, *opts],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, cwd=ROOT,
+                                start_new_session=True)  # its own process group: hivemind's children go with it
 
     procs = [start(0, "")]
     deadline = time.monotonic() + wait
@@ -102,10 +105,13 @@ def run_hivemind(run: HivemindRun, place: Place = loopback, wait: float = 3600.0
     except subprocess.TimeoutExpired:
         return [{"failed": f"no result after {wait:.0f} s: the workers hung"}]
     finally:
+        # every rank's whole process group: a hung rank's hivemind processes (its DHT and averager,
+        # forked, and their p2pd daemons) outlived a kill of the rank alone, and kept ~0.2 of a
+        # core busy through the rest of the 2026-11-25 full run
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) -> dict[str, Any]:
