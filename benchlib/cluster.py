@@ -275,8 +275,9 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
                 cluster.nodes[killed].signal(signal.SIGKILL)
                 killed_at = time.monotonic()
             if killed is not None and restart_after >= 0 and time.monotonic() - killed_at >= restart_after:
-                assert cluster.nodes[killed].proc is not None
-                cluster.nodes[killed].proc.wait(10)
+                proc = cluster.nodes[killed].proc
+                assert proc is not None
+                proc.wait(10)
                 cluster.nodes[killed].start()
                 last.pop(killed, None)
                 killed, restarted = None, True
