@@ -175,6 +175,7 @@ def run(args) -> dict:
     rnd_count = 0
     hist = [[(-1, xhat[i])] for i in range(n)]  # --async-delay: each node's published copies by step
     rounds_i = [0] * n
+    pending: list[tuple[int, int, torch.Tensor, torch.Tensor]] = []  # --lag: copies in flight
     for s in range(steps):
         lr = lr_at(s, steps, args.lr, warm)
         for i in range(n):
@@ -234,9 +235,18 @@ def run(args) -> dict:
                 xhat[src_node] = xhat[src_node] + q
                 hist[src_node] = [*hist[src_node][-16:], (s, xhat[src_node])]
                 wire_sent += wire_bytes(q)
+                if args.lag:
+                    # --lag D: the peer publishes when asked (now) and its copy lands D steps later;
+                    # --compensate: then averaged against our own model as it was when we asked
+                    pending.append((s + args.lag, i, xhat[j].clone(), flat(models[i]).clone()))
+                    continue
                 src = next((v for t, v in reversed(hist[j]) if t <= s - args.async_delay), hist[j][0][1])
                 x = flat(models[i])
                 set_flat(models[i], x + args.w * (src - x))
+            for land, i, src, asked in [p for p in pending if p[0] == s]:
+                x = flat(models[i])
+                set_flat(models[i], x + args.w * (src - (asked if args.compensate else x)))
+            pending[:] = [p for p in pending if p[0] > s]
             continue
         pace_acc += lr
         early = s < args.early_frac * steps  # --early-*: more gossip while the models change fast
@@ -423,6 +433,8 @@ def main() -> None:
     ap.add_argument("--early-frac", type=float, default=0.0, help="share of the steps counted as early")
     ap.add_argument("--early-every", type=int, default=0, help="exchange period while early (0: --every)")
     ap.add_argument("--early-density", type=float, default=0.0, help="publish density while early (0: --density)")
+    ap.add_argument("--lag", type=int, default=0, help="--async-delay 0 --fresh: the copy lands this many steps after the ask")
+    ap.add_argument("--compensate", action="store_true", help="--lag: average against our model as it was when we asked")
     ap.add_argument("--ntd", type=float, default=0.0, help="weight of not-true distillation from the model after the last average (0: off)")
     ap.add_argument("--ntd-tau", type=float, default=1.0, help="--ntd: softmax temperature")
     ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
