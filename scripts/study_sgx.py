@@ -23,7 +23,7 @@ from benchlib.results import append_jsonl
 from p2pnode import partition as parts
 from p2pnode.data import fashion_mnist
 from p2pnode.models import build_model
-from study_skew import evaluate, flat, lr_at, set_flat, topk_per_tensor
+from study_skew import add_common_args, evaluate, flat, lr_at, set_flat, topk_per_tensor
 
 torch.set_num_threads(1)
 
@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> dict:
             model.zero_grad()
             F.cross_entropy(model(xs[i][idx]), ys[i][idx]).backward()
             g = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-            g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
+            if args.clip > 0:
+                g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
             u[i].mul_(args.beta).add_(g)
             v[i].add_(u[i], alpha=lr)
             q = topk_per_tensor(v[i], shapes, dens)
@@ -78,19 +79,10 @@ def run(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--partition", default="dirichlet:alpha=0.1")
-    ap.add_argument("--pseed", type=int, default=0)
-    ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--samples", type=int, default=30000)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=0.2)
-    ap.add_argument("--beta", type=float, default=0.9)
-    ap.add_argument("--clip", type=float, default=5.0)
+    add_common_args(ap)
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--mask-momentum", action="store_true", help="zero the momentum where sent (DGC)")
     ap.add_argument("--density-warm", action="store_true", help="denser updates during 4x the warm-up (DGC)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
     args = ap.parse_args()
     res = run(args) | {"args": vars(args)}
     print(json.dumps(res))

@@ -388,17 +388,25 @@ def run(args) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--algo", default="base")
+def add_common_args(ap: argparse.ArgumentParser) -> None:
+    """The shards, schedule and output options every study shares (scripts/study_sgx.py too)."""
     ap.add_argument("--partition", default="dirichlet:alpha=0.1")
     ap.add_argument("--pseed", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--samples", type=int, default=30000)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.2)
-    ap.add_argument("--inner-lr-scale", type=float, default=1.0)
     ap.add_argument("--beta", type=float, default=0.9)
+    ap.add_argument("--clip", type=float, default=5.0, help="largest gradient norm of a local step (0: none)")
+    ap.add_argument("--seed", type=int, default=0, help="initial model and batch orders (0: the study's usual run)")
+    ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_common_args(ap)
+    ap.add_argument("--algo", default="base")
+    ap.add_argument("--inner-lr-scale", type=float, default=1.0)
     ap.add_argument("--nesterov", action="store_true")
     ap.add_argument("--every", type=int, default=4)
     ap.add_argument("--density", type=float, default=0.1)
@@ -410,7 +418,6 @@ def main() -> None:
     ap.add_argument("--gain", type=float, default=0.2, help="pi: integral gain")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--pull", default="xhat", help="pi: xhat (public copies) or model")
-    ap.add_argument("--clip", type=float, default=5.0, help="largest gradient norm of a local step (0: none)")
     ap.add_argument("--logit-adjust", type=float, default=0.0, help="tau of the logit adjustment by the local prior (0: off)")
     ap.add_argument("--prior-eps", type=float, default=0.01, help="smoothing of the local prior (share of a uniform class)")
     ap.add_argument("--value-bits", type=int, default=0, help="published values rounded to this many bits (0: float32)")
@@ -421,7 +428,6 @@ def main() -> None:
     ap.add_argument("--c-density", type=float, default=1.0, help="scaffold: bytes counted for c (fraction)")
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-mom", type=float, default=0.9)
-    ap.add_argument("--seed", type=int, default=0, help="initial model and batch orders (0: the study's usual run)")
     ap.add_argument("--robust", default="none", help="clip: the daemon's robust averaging (exchange.robust)")
     ap.add_argument("--async-delay", type=int, default=-1,
                     help=">= 0: nodes exchange at staggered phases, with the peer's copy this many steps old")
@@ -437,7 +443,6 @@ def main() -> None:
     ap.add_argument("--compensate", action="store_true", help="--lag: average against our model as it was when we asked")
     ap.add_argument("--ntd", type=float, default=0.0, help="weight of not-true distillation from the model after the last average (0: off)")
     ap.add_argument("--ntd-tau", type=float, default=1.0, help="--ntd: softmax temperature")
-    ap.add_argument("--jsonl", default="", help="append the result to this JSON-lines file")
     args = ap.parse_args()
     global VALUE_BITS, DENSE_BELOW, FC_DENSITY
     VALUE_BITS = args.value_bits
