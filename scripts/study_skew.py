@@ -126,6 +126,8 @@ def run(args) -> dict:
             opt.zero_grad()
             loss = sum(F.cross_entropy(model(bx), by) for bx, by in (batch(i) for i in range(n))) / n
             loss.backward()
+            if args.ddp_clip > 0:  # benchlib.ddp's anchor clips the averaged gradient as p2pnode's nodes clip theirs
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.ddp_clip)
             opt.step()
         acc = evaluate(model, test.images, test.labels)
         return {"accs": [acc] * n, "secs": time.time() - t0}
@@ -439,6 +441,8 @@ def main() -> None:
     ap.add_argument("--early-frac", type=float, default=0.0, help="share of the steps counted as early")
     ap.add_argument("--early-every", type=int, default=0, help="exchange period while early (0: --every)")
     ap.add_argument("--early-density", type=float, default=0.0, help="publish density while early (0: --density)")
+    ap.add_argument("--ddp-clip", type=float, default=0.0,
+                    help="--algo ddp: clip the averaged gradient to this norm (benchlib.ddp's anchor: 5; 0: none, as before)")
     ap.add_argument("--lag", type=int, default=0, help="--async-delay 0 --fresh: the copy lands this many steps after the ask")
     ap.add_argument("--compensate", action="store_true", help="--lag: average against our model as it was when we asked")
     ap.add_argument("--ntd", type=float, default=0.0, help="weight of not-true distillation from the model after the last average (0: off)")
