@@ -265,8 +265,9 @@ def run(args) -> dict:
             for i in range(n):
                 q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, dens_now)
                 xhat[i] += q
-                bytes_sent += (q != 0).sum().item() * 8
-                wire_sent += wire_bytes(q)
+                fetchers = n - 1 if args.mix == "group" else 1  # --mix group: every peer fetches it
+                bytes_sent += (q != 0).sum().item() * 8 * fetchers
+                wire_sent += wire_bytes(q) * fetchers
             rnd = rnd_count
             before = [flat(m) for m in models]
             newx = []
@@ -280,6 +281,8 @@ def run(args) -> dict:
                     continue
                 if args.mix == "choco":  # CHOCO-SGD's consensus step: public copies only
                     newx.append(before[i] + args.w * (xhat[j] - xhat[i]))
+                elif args.mix == "group":  # every peer's copy at once, uniformly (a group all-reduce)
+                    newx.append((before[i] + sum(xhat[k] for k in range(n) if k != i)) / n)
                 else:
                     newx.append(before[i] + args.w * clip_scale(i, j, before[i]) * (xhat[j] - before[i]))
             if args.algo == "diloco":
@@ -414,7 +417,8 @@ def main() -> None:
     ap.add_argument("--density", type=float, default=0.1)
     ap.add_argument("--w", type=float, default=0.5)
     ap.add_argument("--mix", default="model", help="model: x <- (1-w) x + w x_hat_peer (the daemon's); "
-                    "choco: x <- x + w (x_hat_peer - x_hat_own), CHOCO-SGD's consensus step")
+                    "choco: x <- x + w (x_hat_peer - x_hat_own), CHOCO-SGD's consensus step; "
+                    "group: x <- the mean of x and every peer's x_hat (a group all-reduce)")
     ap.add_argument("--selection", default="exponential")
     ap.add_argument("--consensus", type=int, default=0)
     ap.add_argument("--gain", type=float, default=0.2, help="pi: integral gain")
