@@ -27,6 +27,14 @@ from typing import Any
 from benchlib.cluster import ROOT, Place, loopback
 
 
+#: what the baselines fix in their code rather than take as a run field (benchlib.hivemind_run
+#: takes the same): a batch of 64 a worker, momentum SGD, a cosine schedule, one torch thread
+BATCH = 64
+MOMENTUM = 0.9
+FIXED: dict[str, object] = {"batch_size": BATCH, "optimizer": "sgd", "momentum": MOMENTUM, "lr_schedule": "cosine",
+                            "threads": 1}
+
+
 @dataclass
 class DdpRun:
     """What one DDP run does; every field is also a ``python -m benchlib.ddp`` option."""
@@ -49,7 +57,7 @@ class DdpRun:
 
     @property
     def steps(self) -> int:
-        return self.samples // 64
+        return self.samples // BATCH
 
 
 def run_ddp(run: DdpRun, place: Place = loopback, wait: float = 3600.0,
@@ -117,13 +125,13 @@ def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: floa
             dist.all_reduce(flag)
             if flag.item() > 0:
                 return step
-        if pos + 64 > len(order):
+        if pos + BATCH > len(order):
             order, pos = torch.randperm(len(train), generator=gen), 0
-        idx = order[pos:pos + 64]
-        pos += 64
+        idx = order[pos:pos + BATCH]
+        pos += BATCH
         lr = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
-        if step * 64 < run.warmup_samples:  # p2pnode's linear warm-up (p2pnode/worker/training.py)
-            lr *= (step * 64 + 64) / (run.warmup_samples + 64)
+        if step * BATCH < run.warmup_samples:  # p2pnode's linear warm-up (p2pnode/worker/training.py)
+            lr *= (step * BATCH + BATCH) / (run.warmup_samples + BATCH)
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad()
@@ -151,7 +159,7 @@ def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
     train = shard(fashion_mnist(True), rank, run.workers, run.partition, run.partition_seed)
     torch.manual_seed(run.seed)
     model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"))
-    opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=MOMENTUM)
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())
     from benchlib.steplog import StepLog
 

@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from benchlib.cluster import ROOT, Place, loopback
+from benchlib.ddp import BATCH, MOMENTUM
 
 
 @dataclass
@@ -61,7 +62,7 @@ class HivemindRun:
 
     @property
     def steps(self) -> int:
-        return self.samples // 64
+        return self.samples // BATCH
 
 
 def unavailable() -> str:
@@ -132,9 +133,9 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
     if rank == 0:
         print(json.dumps({"maddrs": [str(a) for a in dht.get_visible_maddrs()]}), flush=True)
     opt = hivemind.Optimizer(
-        dht=dht, run_id="p2pnode-experiment", batch_size_per_step=64,
-        target_batch_size=64 * run.workers * run.average_every,
-        optimizer=lambda params: torch.optim.SGD(params, lr=run.lr, momentum=0.9), params=model.parameters(),
+        dht=dht, run_id="p2pnode-experiment", batch_size_per_step=BATCH,
+        target_batch_size=BATCH * run.workers * run.average_every,
+        optimizer=lambda params: torch.optim.SGD(params, lr=run.lr, momentum=MOMENTUM), params=model.parameters(),
         scheduler=lambda inner: torch.optim.lr_scheduler.LambdaLR(inner, lambda epoch: lr_factor(run, epoch)),
         use_local_updates=True, matchmaking_time=run.matchmaking_time, averaging_timeout=run.averaging_timeout,
         averager_opts={"target_group_size": run.workers}, verbose=False)
@@ -145,10 +146,10 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
     start = time.monotonic()
     steplog.begin()
     for step in range(run.steps):
-        if pos + 64 > len(order):
+        if pos + BATCH > len(order):
             order, pos = torch.randperm(len(train), generator=gen), 0
-        idx = order[pos:pos + 64]
-        pos += 64
+        idx = order[pos:pos + BATCH]
+        pos += BATCH
         opt.zero_grad()
         loss = F.cross_entropy(model(train.images[idx]), train.labels[idx])
         loss.backward()
@@ -174,8 +175,8 @@ def rank_main(run: HivemindRun, rank: int, host: str, initial_peers: list[str]) 
 def lr_factor(run: HivemindRun, epoch: int) -> float:
     """The learning rate over ``run.lr`` in hivemind epoch ``epoch`` (``average_every`` local
     steps of each worker): linear warm-up over ``warmup_samples``, then cosine to 0 over the run."""
-    samples = 64 * run.average_every * epoch  # a worker's samples when the epoch begins
-    warm = min(1.0, (samples + 64 * run.average_every) / run.warmup_samples) if run.warmup_samples > 0 else 1.0
+    samples = BATCH * run.average_every * epoch  # a worker's samples when the epoch begins
+    warm = min(1.0, (samples + BATCH * run.average_every) / run.warmup_samples) if run.warmup_samples > 0 else 1.0
     return warm * 0.5 * (1 + math.cos(math.pi * min(1.0, samples / max(1, run.samples))))
 
 

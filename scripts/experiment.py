@@ -58,7 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchlib.cluster import ROOT, Cluster, Place, finished, loopback, training_args
-from benchlib.ddp import DdpRun, run_ddp
+from benchlib.ddp import FIXED as BASELINE_FIXED, DdpRun, run_ddp
 from benchlib.hivemind_run import HivemindRun, run_hivemind
 from benchlib.hivemind_run import unavailable as hivemind_unavailable
 from benchlib.netns import Topology, unavailable
@@ -126,9 +126,6 @@ SHOWN = ("node.role", "training.shard", "training.partition", "training.batch_si
          "exchange.timeout", "exchange.consensus_tolerance", "compression.gradient", "compression.gradient_memory",
          "compression.publish", "compression.publish_every", "compression.publish_on", "compression.value_dtype",
          "http.snapshot_rate_per_source")
-#: what benchlib.ddp and benchlib.hivemind_run fix in their code (not fields of their run): recorded
-#: beside each run's fields
-BASELINE_FIXED = {"batch_size": 64, "optimizer": "sgd", "momentum": 0.9, "lr_schedule": "cosine", "threads": 1}
 
 
 def effective_config(command: list[str]) -> dict[str, Any]:
