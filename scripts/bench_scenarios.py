@@ -110,8 +110,6 @@ VARIANTS: dict[str, list[str]] = {
     # int8 rank-R factors instead of top-k; rank 24 costs about top-k 10 %'s bytes, rank 8 a third
     "rank24": ["--set", "compression.publish_rank=24"],
     "rank8": ["--set", "compression.publish_rank=8"],
-    "rank24-norobust": ["--set", "compression.publish_rank=24", "--set", "exchange.robust=none"],
-    "rank24-steps": ["--set", "compression.publish_rank=24", "--set", "compression.publish_on=steps"],
     "rank8-every2": ["--set", "compression.publish_rank=8", "--set", "exchange.every=2",
                      "--set", "compression.publish_every=2"],
     "rank8-every1": ["--set", "compression.publish_rank=8", "--set", "exchange.every=1",

@@ -212,8 +212,7 @@ class CompressionConfig(Table):
     #: 0 (off) or R (1-64): each weight matrix (a conv kernel as out x in*kh*kw) whose rank-R
     #: factors cost at most half its entries is published as the best rank-R approximation of
     #: its change, int8 factors (wire/lowrank.py); vectors and narrow matrices still go through
-    #: `publish`. More of the change per byte than top-k in the lockstep study, not better on the
-    #: daemons as measured (docs/ALGORITHMS.md, "Low-rank publishes"); the stub worker ignores it
+    #: `publish`. More of the change per byte than top-k (docs/ALGORITHMS.md, "Low-rank publishes")
     publish_rank: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
     #: published versions kept for sparse deltas; older requesters get a snapshot
     log_size: Positive = 64

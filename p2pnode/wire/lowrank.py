@@ -31,8 +31,6 @@ MAX_RANK = 64
 #: range of a component's exponent (int8 levels times 2**e stays far inside float32's range)
 EXPONENTS = (-200, 80)
 LEVELS = 127
-#: |a b| <= 2^14, times 2^EXACT_SPREAD, times r <= 2^6 terms: below 2^53, exact in float64
-EXACT_SPREAD = 32
 ENTRY_KEYS = frozenset({"t", "r", "a", "b", "e"})
 
 
@@ -68,16 +66,7 @@ class Factors:
         return int(self.e.size)
 
     def product(self) -> np.ndarray:
-        """Δ as a flat float32 array, the same bits on every machine (module docstring).
-
-        With the exponents within :data:`EXACT_SPREAD` of each other, one float64 matrix product
-        of the integers (each column scaled by 2^(e_j − min e)) is exact: every partial sum is an
-        integer below 2^53, so BLAS's summation order cannot change a bit. Otherwise the
-        components are added one by one in order."""
-        lo = int(self.e.min()) if self.rank else 0
-        if self.rank and int(self.e.max()) - lo <= EXACT_SPREAD:
-            a = np.ldexp(self.a.T.astype(np.float64), (self.e - lo)[None, :])
-            return np.ldexp(a @ self.b.astype(np.float64), lo).astype(np.float32).reshape(-1)
+        """Δ as a flat float32 array, the same bits on every machine (module docstring)."""
         out = np.zeros((self.a.shape[1], self.b.shape[1]), np.float64)
         for j in range(self.rank):
             out += np.ldexp(np.multiply.outer(self.a[j].astype(np.float64), self.b[j].astype(np.float64)),
@@ -99,9 +88,9 @@ def _int8_scale(v: np.ndarray) -> int | None:
 
 
 #: matrices with both sides above this get a randomized SVD (Halko et al. 2011: a range of rank
-#: + 8 found by two power iterations), not the exact one: the small CNN's 128 x 3136 layer takes
-#: 64 ms exactly against a few randomized, and a publish happens between two training steps
-EXACT_SVD_MAX = 64
+#: + 8 found by two power iterations), not the exact one: a 512 x 4608 kernel's exact SVD takes
+#: a third of a second, and a large model has dozens of them a publish
+EXACT_SVD_MAX = 256
 
 
 def _svd(d: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
