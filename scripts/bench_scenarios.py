@@ -106,16 +106,6 @@ VARIANTS: dict[str, list[str]] = {
     # buy exchanging twice (or four times) as often (the lockstep study: Dirichlet 0.1 +0.8 pt)
     "int8-every2": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=2",
                     "--set", "compression.publish_every=2"],
-    # low-rank publishes (compression.publish_rank, wire/lowrank.py): each weight matrix's change as
-    # int8 rank-R factors instead of top-k; rank 24 costs about top-k 10 %'s bytes, rank 8 a third
-    "rank24": ["--set", "compression.publish_rank=24"],
-    "rank8": ["--set", "compression.publish_rank=8"],
-    "rank8-every2": ["--set", "compression.publish_rank=8", "--set", "exchange.every=2",
-                     "--set", "compression.publish_every=2"],
-    "rank8-every1": ["--set", "compression.publish_rank=8", "--set", "exchange.every=1",
-                     "--set", "compression.publish_every=1"],
-    "rank4-every1": ["--set", "compression.publish_rank=4", "--set", "exchange.every=1",
-                     "--set", "compression.publish_every=1"],
     # with the defaults (publish on fetch, int8): a fetch every 3 steps, ~1.3x the bytes (within 1/30 of DDP's)
     "every3": ["--set", "exchange.every=3", "--set", "compression.publish_every=3"],
     # the HTTP layer waits min(0.5 s, exchange.timeout / 4) for a fetch's publish: 0.1 s here

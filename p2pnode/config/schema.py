@@ -209,11 +209,6 @@ class CompressionConfig(Table):
     #: delta, ~2 bytes an entry with its index; snapshots stay float32). int8 measured better on
     #: skewed shards at half the bytes of float32 (docs/BENCHMARKS.md)
     value_dtype: Literal["float32", "float16", "int8"] = "int8"
-    #: 0 (off) or R (1-64): each weight matrix (a conv kernel as out x in*kh*kw) whose rank-R
-    #: factors cost at most half its entries is published as the best rank-R approximation of
-    #: its change, int8 factors (wire/lowrank.py); vectors and narrow matrices still go through
-    #: `publish`. More of the change per byte than top-k (docs/ALGORITHMS.md, "Low-rank publishes")
-    publish_rank: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
     #: published versions kept for sparse deltas; older requesters get a snapshot
     log_size: Positive = 64
 

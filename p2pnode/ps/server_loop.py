@@ -69,8 +69,7 @@ class PsServerWorker:
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
-                                     secrets.token_hex(6), version, cfg.compression.value_dtype,
-                                     rank=cfg.compression.publish_rank)
+                                     secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.params = dict(model.named_parameters())
         self.buffers = {k: v for k, v in floating_state(model).items() if k not in self.params}
         self.running = True

@@ -87,8 +87,7 @@ class PsWorker:
         self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
         # what this node itself serves: its starting weights (a PS worker has no model of its own)
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
-                                     secrets.token_hex(6), 0, cfg.compression.value_dtype,
-                                     rank=cfg.compression.publish_rank)
+                                     secrets.token_hex(6), 0, cfg.compression.value_dtype)
         self.server: Replica | None = None  # our copy of the server's weights
         self.params = dict(model.named_parameters())
         self.running = True

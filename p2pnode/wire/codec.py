@@ -21,9 +21,6 @@ import lz4.block
 import msgpack
 import numpy as np
 
-from p2pnode.wire import lowrank
-from p2pnode.wire.lowrank import Factors
-
 FORMAT_VERSION = 1
 #: indices are < numel, so with this bound a uint32 always holds an index, and the uint64
 #: running sum of n <= numel gaps (each < 2**32) can never wrap.
@@ -171,12 +168,10 @@ class Snapshot:
 @dataclass
 class Delta:
     """Sparse change: name -> (strictly increasing int64 indices into the flat tensor, float32
-    values); and, in an "add" delta, matrices changed by low-rank ``factors`` (wire/lowrank.py),
-    each tensor in one of the two at most. Tensors in neither are unchanged."""
+    values). Tensors without entries are unchanged."""
 
     header: Header
     entries: dict[str, tuple[np.ndarray, np.ndarray]]
-    factors: dict[str, Factors] = field(default_factory=dict)
 
 
 Payload = Union[Snapshot, Delta]
@@ -299,18 +294,11 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
         if h.op not in DELTA_OPS:
             raise ValueError(f"unknown delta op {h.op!r}")
         obj["op"] = h.op
-        unknown = (set(payload.entries) | set(payload.factors)) - {s.name for s in h.specs}
+        unknown = set(payload.entries) - {s.name for s in h.specs}
         if unknown:
             raise ValueError(f"delta entries for unknown tensors: {sorted(unknown)[:3]}")
-        if payload.factors and h.op != "add":
-            raise ValueError("factors in a set delta")
-        if set(payload.entries) & set(payload.factors):
-            raise ValueError("a tensor both in entries and in factors")
         data = []
         for t, s in enumerate(h.specs):
-            if s.name in payload.factors:
-                data.append(lowrank.encode_entry(s.name, t, payload.factors[s.name], s.shape))
-                continue
             if s.name not in payload.entries:
                 continue
             idx, vals = payload.entries[s.name]
@@ -512,17 +500,8 @@ def decode(data: bytes, expect: ModelSpec | None = None,
         return Snapshot(header, tensors)
 
     entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    factors: dict[str, Factors] = {}
     last = -1
     for e in raw_data:
-        if isinstance(e, dict) and op == "add" and set(e) == lowrank.ENTRY_KEYS:
-            t = _int(e, "t", last + 1, len(specs) - 1)
-            last = t
-            try:
-                factors[specs[t].name] = lowrank.decode_entry(specs[t].name, e, specs[t].shape)
-            except lowrank.FactorError as exc:
-                raise PayloadError(str(exc)) from None
-            continue
         if not isinstance(e, dict) or set(e) != (_INT8_ENTRY_KEYS if vdt_name == "int8" else _ENTRY_KEYS):
             raise PayloadError("bad delta entry")
         t = _int(e, "t", last + 1, len(specs) - 1)  # increasing: no tensor twice
@@ -533,4 +512,4 @@ def decode(data: bytes, expect: ModelSpec | None = None,
         if vdt_name == "int8":
             vals = np.ldexp(vals, _int(e, "e", *INT8_EXPONENTS)).astype(np.float32)
         entries[s.name] = (idx, vals)
-    return Delta(header, entries, factors)
+    return Delta(header, entries)

@@ -103,8 +103,6 @@ class Replica:
                     self.arrays[name][idx] = vals
                 else:
                     self.arrays[name][idx] += vals  # unique indices: one float32 add each
-            for name, f in payload.factors.items():  # low-rank: the same float32 bits as the publisher's
-                self.arrays[name] += f.product()
         self.epoch, self.version, self.step, self.loss = h.epoch, h.version, h.step, h.loss
 
 

@@ -116,9 +116,6 @@ class ServedModel:
     def log_nbytes(self) -> int:
         return self._log_nbytes
 
-    def _x_size(self, name: str) -> int:
-        return next(t.numel for t in self.spec.tensors if t.name == name)
-
     # -- writer side ----------------------------------------------------------------------
 
     def reset(self, snapshot: bytes | Snapshot) -> None:
@@ -159,10 +156,6 @@ class ServedModel:
         if h.version != h.base_version + 1:
             raise PayloadError("a published delta must advance the version by one")
         indices = {name: idx.astype(np.uint32) for name, (idx, _) in payload.entries.items()}
-        # a low-rank change touches every entry of its tensor: merged, it is sent whole (a chain,
-        # when asked for, keeps the factors)
-        indices.update({name: np.arange(self._x_size(name), dtype=np.uint32) for name in payload.factors})
-        changes = {name: f.product() for name, f in payload.factors.items()}  # outside the lock
         nbytes = len(data) + sum(i.nbytes for i in indices.values())
         with self._lock:
             if not self._ready:
@@ -173,8 +166,6 @@ class ServedModel:
                 raise PayloadError(f"delta base {h.base_version} != version {self._version}")
             for name, (idx, vals) in payload.entries.items():
                 self._x[name][idx] += vals  # indices are unique: one float32 add each
-            for name, change in changes.items():
-                self._x[name] += change
             self._version, self._step, self._loss = h.version, h.step, h.loss
             self._log.append(_LogEntry(h.version, bytes(data), indices, nbytes))
             self._log_nbytes += nbytes

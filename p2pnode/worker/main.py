@@ -86,8 +86,7 @@ class Worker:
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), self.trainer.fingerprint)
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
-                                 secrets.token_hex(6), version, cfg.compression.value_dtype,
-                                 rank=cfg.compression.publish_rank)
+                                 secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
         #: exchange.robust = "clip": the adaptive radius a peer's model is clipped to (robust.py)
         self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,

@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from p2pnode.compression.base import Sparsifier
-from p2pnode.wire import lowrank
 from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode, round_for_wire
 
 
@@ -57,11 +56,8 @@ class DeltaPublisher:
     """Owns x_hat; each ``publish`` moves it towards the model and returns the encoded delta."""
 
     def __init__(self, model: nn.Module, spec: ModelSpec, sparsifier: Sparsifier, node_id: str,
-                 epoch: str, version: int, value_dtype: str = "float32", rank: int = 0) -> None:
+                 epoch: str, version: int, value_dtype: str = "float32") -> None:
         self.model = model
-        #: compression.publish_rank: matrices worth it go as rank-``rank`` factors (wire/lowrank.py)
-        self.factored = {t.name: t.shape for t in spec.tensors if rank and lowrank.worth_factoring(t.shape, rank)}
-        self.rank = rank
         self.spec = spec
         self.sparsifier = sparsifier
         self.node_id = node_id
@@ -88,16 +84,9 @@ class DeltaPublisher:
         (after adopting a peer's model, so x_hat is the model at once, not a few publishes on:
         a public copy half old, half adopted is far from every peer's, an outlier to them)."""
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        factors: dict[str, lowrank.Factors] = {}
         current = floating_state(self.model)
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
-            if not full and name in self.factored:
-                f = lowrank.factorize(diff.numpy(), self.factored[name], self.rank)
-                if f is not None:
-                    xhat += torch.from_numpy(f.product())  # the float32 add every replica makes
-                    factors[name] = f
-                continue
             idx = torch.arange(diff.numel()) if full else self.sparsifier.select(diff)
             idx = idx[diff[idx] != 0]  # a top-k of a model that has not moved would send k zeros
             if idx.numel() == 0:
@@ -111,5 +100,5 @@ class DeltaPublisher:
             entries[name] = (idx_np.astype(np.uint32), values)
         base = self.version
         self.version += 1
-        return encode(Delta(self._header("delta", base, step, loss), entries, factors),
+        return encode(Delta(self._header("delta", base, step, loss), entries),
                       value_dtype="float32" if full else self.value_dtype)
