@@ -48,7 +48,50 @@ DENSE_BELOW = 0
 FC_DENSITY = 0.0
 
 
+#: --lowrank R: matrices (conv kernels as out x in*kh*kw) sent as rank-R factors of their change,
+#: vectors whole; MATS holds each parameter's (rows, cols), or None for a vector
+LOWRANK = 0
+MATS: list = []
+LAST_BYTES = 0.0
+
+
+def _rounded(v: torch.Tensor) -> torch.Tensor:
+    if VALUE_BITS:
+        levels = 2 ** (VALUE_BITS - 1) - 1
+        scale = float(v.abs().max()) / levels
+        if scale > 0:
+            return torch.round(v / scale) * scale
+    return v
+
+
+def lowrank_per_tensor(diff: torch.Tensor) -> torch.Tensor:
+    """The best rank-R approximation (truncated SVD, PowerSGD's ideal) of each matrix's change,
+    its factors rounded to --value-bits; what it costs on the wire in LAST_BYTES."""
+    global LAST_BYTES
+    out = torch.zeros_like(diff)
+    vb = VALUE_BITS / 8 if VALUE_BITS else 4
+    nbytes = 0.0
+    i = 0
+    for shp in MATS:
+        k = shp[0] * shp[1] if shp[1] else shp[0]
+        seg = diff[i:i + k]
+        if shp[1] and min(shp) > LOWRANK:
+            u, sv, vh = torch.linalg.svd(seg.view(shp), full_matrices=False)
+            a = _rounded(u[:, :LOWRANK] * sv[:LOWRANK])
+            b = _rounded(vh[:LOWRANK])
+            out[i:i + k] = (a @ b).reshape(-1)
+            nbytes += LOWRANK * (shp[0] + shp[1]) * vb
+        else:
+            out[i:i + k] = _rounded(seg)
+            nbytes += k * vb
+        i += k
+    LAST_BYTES = nbytes
+    return out
+
+
 def topk_per_tensor(diff: torch.Tensor, shapes: list[int], density: float) -> torch.Tensor:
+    if LOWRANK:
+        return lowrank_per_tensor(diff)
     out = torch.zeros_like(diff)
     i = 0
     for k in shapes:
@@ -70,6 +113,8 @@ def topk_per_tensor(diff: torch.Tensor, shapes: list[int], density: float) -> to
 def wire_bytes(q: torch.Tensor) -> float:
     """What the daemon's wire would carry: about a byte of delta-coded index per entry (lz4)
     and the value's bytes."""
+    if LOWRANK:
+        return LAST_BYTES
     return float((q != 0).sum()) * (1 + (VALUE_BITS / 8 if VALUE_BITS else 4))
 
 
@@ -102,6 +147,7 @@ def run(args) -> dict:
     torch.manual_seed(args.seed)
     base = build_model("cnn", in_channels=1)
     shapes = [p.numel() for p in base.parameters()]
+    MATS[:] = [(p.shape[0], p[0].numel()) if p.dim() > 1 else (p.numel(), 0) for p in base.parameters()]
     gens = [torch.Generator().manual_seed(100 + i + 1000 * args.seed) for i in range(n)]
     orders = [torch.randperm(len(y), generator=g) for y, g in zip(ys, gens)]
     pos = [0] * n
@@ -126,6 +172,9 @@ def run(args) -> dict:
             opt.zero_grad()
             loss = sum(F.cross_entropy(model(bx), by) for bx, by in (batch(i) for i in range(n))) / n
             loss.backward()
+            if args.freeze_head:
+                for p in list(model.parameters())[-2:]:
+                    p.grad.zero_()
             if args.ddp_clip > 0:  # benchlib.ddp's anchor clips the averaged gradient as p2pnode's nodes clip theirs
                 torch.nn.utils.clip_grad_norm_(model.parameters(), args.ddp_clip)
             opt.step()
@@ -146,6 +195,12 @@ def run(args) -> dict:
     g_sum = [torch.zeros(dim) for _ in range(n)]
     c_net = [torch.zeros(dim) for _ in range(n)]
     mhat = [torch.zeros(dim) for _ in range(n)]
+    # gt: gradient tracking (Nedic et al. 2017; with momentum on the tracker, Takezawa et al.
+    # 2022): each node steps along trk_i, its estimate of the network's mean gradient, kept by
+    # trk_i <- mix(trk) + g_i(new) - g_i(old); the mix must keep the network's sum of trk
+    trk = [torch.zeros(dim) for _ in range(n)]
+    gprev = [torch.zeros(dim) for _ in range(n)]
+    that = [torch.zeros(dim) for _ in range(n)]  # public copies of trk (CHOCO)
     log_prior = []
     for y in ys:
         counts = torch.bincount(y, minlength=10).float()
@@ -204,6 +259,11 @@ def run(args) -> dict:
                 loss = loss + args.ntd * args.ntd_tau ** 2 * F.kl_div(
                     F.log_softmax(s_nt, 1), F.log_softmax(t_nt, 1), log_target=True, reduction="batchmean")
             loss.backward()
+            if args.freeze_head:
+                # a fixed classifier (FedBABU, Oh et al. 2022; FedETF): the last layer keeps its
+                # initial weights, so local steps cannot tilt it towards the node's own classes
+                for p in list(m.parameters())[-2:]:
+                    p.grad.zero_()
             g = torch.cat([p.grad.reshape(-1) for p in m.parameters()])
             if args.clip > 0:  # the daemon's training.grad_clip (without it dir0.1 is on the edge of blowing up)
                 g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
@@ -216,6 +276,11 @@ def run(args) -> dict:
                     g = g + args.c_gain * (c_net[i] - c_loc[i])
                 mom[i].mul_(mu).add_(g)
                 x -= (args.inner_lr_scale * lr) * (g + mu * mom[i]) if args.nesterov else (args.inner_lr_scale * lr) * mom[i]
+            elif args.algo == "gt":
+                trk[i].add_(g - gprev[i])
+                gprev[i] = g
+                mom[i].mul_(mu).add_(trk[i])
+                x -= lr * mom[i]
             elif args.algo == "qgm":  # QG-DSGDm: heavy ball with quasi-global buffer
                 d = g + mu * mom[i]
                 x -= lr * d
@@ -315,6 +380,19 @@ def run(args) -> dict:
                     j = (i + 1) % n if args.selection == "ring" else (i + 2 ** (rnd % log2)) % n
                     newm.append((1 - args.w) * mom[i] + args.w * src[j])
                 mom = newm
+            if args.algo == "gt":
+                # the trackers mixed through public copies, CHOCO's rule (sum-preserving):
+                # trk_i += w (that_j - that_i); dense float32 copies make it the plain average
+                for i in range(n):
+                    q = topk_per_tensor(trk[i] - that[i], shapes, args.y_density or dens_now)
+                    that[i] += q
+                    wire_sent += wire_bytes(q)
+                    bytes_sent += (q != 0).sum().item() * 8
+                newt = []
+                for i in range(n):
+                    j = (i + 1) % n if args.selection == "ring" else (i + 2 ** (rnd % log2)) % n
+                    newt.append(trk[i] + args.w * (that[j] - that[i]))
+                trk = newt
             if args.algo == "scaffold":
                 # SCAFFOLD (Karimireddy et al. 2020, option I) over gossip: the local control
                 # variate is the round's mean gradient; the network's mean is either exact
@@ -450,9 +528,13 @@ def main() -> None:
     ap.add_argument("--lag", type=int, default=0, help="--async-delay 0 --fresh: the copy lands this many steps after the ask")
     ap.add_argument("--compensate", action="store_true", help="--lag: average against our model as it was when we asked")
     ap.add_argument("--ntd", type=float, default=0.0, help="weight of not-true distillation from the model after the last average (0: off)")
+    ap.add_argument("--y-density", type=float, default=0.0, help="gt: density of the tracker's publish (0: --density)")
+    ap.add_argument("--freeze-head", action="store_true", help="the last layer keeps its initial weights")
+    ap.add_argument("--lowrank", type=int, default=0, help="publish rank-R factors of each matrix's change (0: top-k)")
     ap.add_argument("--ntd-tau", type=float, default=1.0, help="--ntd: softmax temperature")
     args = ap.parse_args()
-    global VALUE_BITS, DENSE_BELOW, FC_DENSITY
+    global VALUE_BITS, DENSE_BELOW, FC_DENSITY, LOWRANK
+    LOWRANK = args.lowrank
     VALUE_BITS = args.value_bits
     DENSE_BELOW = args.dense_below
     FC_DENSITY = args.large_density
