@@ -103,6 +103,8 @@ class Applied(Message):
     #: averaged under the spread rule: the typical peer was as far, so a model beyond the
     #: refusal bound was clipped instead of refused (robust.py)
     spread: bool = False
+    #: the peer's training step in the payload's header (-1: unknown): exchange.max_lead's pacing
+    step: int = -1
 
 
 @dataclass
@@ -173,6 +175,15 @@ class Begin(Message):
     A fresh worker with ``min_peers`` > 0 takes no step before it; sent after every hello."""
 
     kind: ClassVar[str] = "begin"
+
+
+@dataclass
+class Hold(Message):
+    """exchange.max_lead: take no step at or beyond ``limit`` (-1: no bound) until told
+    otherwise; the node is that far ahead of its peers (daemon/pace.py)."""
+
+    kind: ClassVar[str] = "hold"
+    limit: int = -1
 
 
 @dataclass

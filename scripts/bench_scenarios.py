@@ -85,6 +85,10 @@ VARIANTS: dict[str, list[str]] = {
     "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none",
                  "--set", "compression.publish_on=steps"],
+    # a bounded lead (exchange.max_lead): a node this many steps ahead of most of its peers waits
+    "lead4": ["--set", "exchange.max_lead=4"],
+    "lead8": ["--set", "exchange.max_lead=8"],
+    "lead2": ["--set", "exchange.max_lead=2"],
     # a smaller step: local steps drift less on skewed shards, the network's mean moves slower
     "lr0.1": ["--set", "training.lr=0.1"],
     "lr0.05": ["--set", "training.lr=0.05"],

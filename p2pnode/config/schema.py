@@ -152,6 +152,10 @@ class ExchangeConfig(Table):
     #: fetch the next round's peer while the last payload is still being applied (at most two
     #: rounds in flight, never two with the same peer): fresher models on slow links
     pipeline: bool = False
+    #: steps this node may run ahead of its peers (the upper median of the steps its alive peers
+    #: last reported): further ahead, its worker waits for them (0: no bound). A slow or dead
+    #: peer holds nobody back while most peers keep up (docs/ALGORITHMS.md, "A bounded lead")
+    max_lead: Count = 0
     #: seconds one fetch may take before the peer is skipped
     timeout: Seconds = 2.0
     #: "mean" (x <- (x + x_peer)/2, the paper) or "contribution" (weighted by losses)

@@ -39,6 +39,7 @@ from typing import Any
 from p2pnode.config import Config
 from p2pnode.daemon.bootstrap import LONE_WAIT_S, MAX_VOTES, RETRY_S, VOTERS, BootstrapState, collect, judge
 from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.pace import Pace
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import StepClock
 from p2pnode.membership.base import Member, Membership
@@ -51,6 +52,8 @@ log = logging.getLogger("p2pnode.exchange")
 
 #: averages within tolerance, in a row, before a node says it agrees with its peers
 CONSENSUS_WINDOW = 4
+#: seconds between rounds while exchange.max_lead holds our worker (no steps to pace them)
+HELD_POLL = 0.1
 
 
 @dataclass
@@ -133,6 +136,8 @@ class Exchange:
         self.clip_radius: float | None = None
         #: whether the last model averaged in was taken under the spread rule (robust.py)
         self.spread = False
+        #: exchange.max_lead: peers' steps, and the step our worker may not pass (daemon/pace.py)
+        self.pace = Pace(cfg.exchange.max_lead)
 
     def candidates(self) -> list[Member]:
         now = time.monotonic()
@@ -154,7 +159,9 @@ class Exchange:
                     # training over: quickly until we agree with every peer, then gently
                     await asyncio.sleep(1.0 if self.consensus()["reached"] else x.finish_interval)
                 else:
-                    last = await self.clock.wait_step(after=last + x.every - 1)
+                    last = await self.next_round_step(last + x.every - 1)
+                    # peers heard from, or silent long enough not to count (a dead one): a new bound
+                    await self.pace.tell(self.worker, (p.node_id for p in self.membership.alive_peers()))
                 await slots.acquire()
                 peers = [p for p in self.candidates() if p.node_id not in self.busy]
                 if not peers:
@@ -181,6 +188,20 @@ class Exchange:
         finally:
             self.busy.difference_update(p.node_id for p in chosen)
             slots.release()
+        await self.pace.tell(self.worker, (p.node_id for p in self.membership.alive_peers()))
+
+    async def next_round_step(self, after: int) -> int:
+        """The step at which the next round starts: past ``after``, or now if exchange.max_lead
+        holds our worker (it takes no step until a round shows the peers caught up)."""
+        if not self.pace.enabled:
+            return await self.clock.wait_step(after=after)
+        while True:
+            try:
+                return await asyncio.wait_for(self.clock.wait_step(after=after), timeout=HELD_POLL)
+            except TimeoutError:
+                if self.pace.holds(self.clock.step):
+                    self.pace.held_seconds += HELD_POLL
+                    return self.clock.step
 
     def follow_worker(self) -> None:
         """A new worker life holds no replicas: forget every version, so the next fetch from
@@ -191,6 +212,7 @@ class Exchange:
         if self.worker_epoch:
             log.info("new training worker (epoch %s): fetching full models from peers again", epoch)
         self.worker_epoch = epoch
+        self.pace.new_worker()
         for rec in self.peers.values():
             rec.version, rec.epoch = -1, ""
 
@@ -204,6 +226,8 @@ class Exchange:
         # from: who asks, so a peer publishing on fetch publishes first for members only (daemon/http.py)
         query = (f"/v1/model?from={self.node_id}" if rec.version < 0
                  else f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1&from={self.node_id}")
+        if self.pace.enabled:  # our step, for the peer's own exchange.max_lead
+            query += f"&step={self.clock.step}"
         started = time.monotonic()
         try:
             resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)
@@ -212,6 +236,9 @@ class Exchange:
             return False
         latency = time.monotonic() - started
         self.metrics.exchange_seconds.observe(latency)
+        step = resp.headers.get("X-P2P-Step", "")
+        if step.isdigit() and len(step) <= 18:  # the peer's step now (exchange.max_lead)
+            self.pace.saw(peer.node_id, int(step))
         rec.last_latency = latency
         if resp.status in (304, 503) and self.slow.too_slow(peer.node_id, latency, resp.status):
             deadline = self.slow.deadline(peer.node_id, resp.status)
@@ -306,6 +333,7 @@ class Exchange:
             rec.version, rec.epoch = -1, ""  # ask for a full snapshot next time
             return False
         rec.version, rec.epoch = applied.version, applied.epoch
+        self.pace.saw(peer.node_id, applied.step)
         self._note_clip(rec, applied.clipped, applied.radius)
         self.totals.spread += applied.spread
         self.spread = applied.spread
@@ -380,4 +408,5 @@ class Exchange:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
                 "bootstrap": self.boot.status(),
                 "peers": {k: v.to_json() for k, v in self.peers.items()}, "consensus": self.consensus(),
-                "robust": {"rule": self.cfg.exchange.robust, "radius": self.clip_radius, "spread": self.spread}}
+                "robust": {"rule": self.cfg.exchange.robust, "radius": self.clip_radius, "spread": self.spread},
+                "pace": self.pace.to_json()}

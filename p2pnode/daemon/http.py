@@ -87,6 +87,10 @@ class HttpApi:
         #: whether our worker is taking local steps (compression.publish_on = "fetch" asks it to
         #: publish before answering a fetch only then)
         self.training: Callable[[], bool] = lambda: False
+        #: exchange.max_lead: a member's fetch says its step (``&step=``); the exchange keeps it
+        self.heard_step: Callable[[str, int], None] = lambda node, step: None
+        #: our worker's step now (each model answer says it, 304s included)
+        self.step_now: Callable[[], int] = lambda: -1
 
     def _count_rejected(self, reason: str) -> None:
         self.metrics.rejected.labels(reason).inc()
@@ -153,6 +157,9 @@ class HttpApi:
             return error(503, "model not ready")
         if self.starting():
             return error(503, "starting: this node takes its peers' model first")
+        asker_step = request.query.get("step", "")
+        if asker_step.isdigit() and len(asker_step) <= 18 and self.pushes.from_member(request):
+            self.heard_step(request.query.get("from", ""), int(asker_step))
         if self.cfg.compression.publish_on == "fetch" and self.training() and self.pushes.from_member(request):
             served = await self.publish_first(served)
             if served is None:
@@ -175,7 +182,8 @@ class HttpApi:
             self.metrics.rejected.labels("rate-limited").inc()
             return web.json_response({"error": "too many full snapshots to this address; fetch deltas (?since=)"},
                                      status=429, headers={"Retry-After": "1"})
-        headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind}
+        headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind,
+                   "X-P2P-Step": str(self.step_now())}  # for the asker's exchange.max_lead
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
             return web.Response(status=304, headers=headers)

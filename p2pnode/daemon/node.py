@@ -138,6 +138,7 @@ class Node:
             "peers": ex["peers"],
             "consensus": ex["consensus"],
             "robust": ex["robust"],
+            "pace": ex["pace"],
             "pushes": {**self.api.pushes.status(), "accepted": self.api.pushes_accepted} if self.api else {},
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
@@ -270,6 +271,8 @@ class Node:
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
                            lambda: sup.state.worker_alive, self.membership.pusher)
         self.api.starting = lambda: self.exchange is not None and self.exchange.boot.pending
+        self.api.heard_step = self.exchange.pace.saw
+        self.api.step_now = lambda: sup.state.step
         if self.cfg.node.role == "peer":  # a parameter server's loop publishes on its own schedule
             self.api.training = lambda: sup.state.worker_alive and not sup.state.done
         app = self.api.build_app(self.secret)

@@ -26,6 +26,7 @@ from p2pnode.pipe_protocol import (
     FETCH_FALLBACK,
     Applied,
     Begin,
+    Hold,
     Checkpoint,
     Checkpointed,
     Evaluated,
@@ -97,6 +98,8 @@ class Worker:
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
         #: the step of the last publish: compression.publish_on = "fetch" publishes once a step at most
         self.published_step = self.trainer.step
+        #: exchange.max_lead: no step at or beyond this one (-1: none), the daemon's Hold
+        self.limit = -1
 
     def send(self, msg: Message) -> None:
         self.conn.send_bytes(encode(msg))
@@ -167,7 +170,8 @@ class Worker:
             self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
-                          version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
+                          version=replica.version, weight=weight, distance=distance, step=replica.step,
+                          **applied_clip(clip)))
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)
@@ -180,6 +184,8 @@ class Worker:
             self.save_checkpoint(msg.token)
         elif isinstance(msg, Begin):
             self.waiting = False
+        elif isinstance(msg, Hold):
+            self.limit = msg.limit
         elif isinstance(msg, PublishNow):
             if not self.trainer.done and self.trainer.step > self.published_step:
                 self.publish()
@@ -239,17 +245,20 @@ class Worker:
         self.dirty = False
         self.publish()
 
+    def held(self) -> bool:
+        return 0 <= self.limit <= self.trainer.step and not self.trainer.done
+
     def loop(self) -> None:
         last_idle_publish = 0.0
         while self.running:
-            idle = self.trainer.done or self.waiting
+            idle = self.trainer.done or self.waiting or self.held()
             # Between steps take everything waiting; when training is over, block briefly.
             while self.running and self.conn.poll(0.05 if idle else 0):
                 self.handle(decode(self.conn.recv_bytes()))
                 idle = False
             if not self.running:
                 break
-            if self.waiting:
+            if self.waiting or self.held():
                 continue
             if not self.trainer.done:
                 self.step()

@@ -31,6 +31,7 @@ from p2pnode.pipe_protocol import (
     FETCH_FALLBACK,
     Applied,
     Begin,
+    Hold,
     Checkpoint,
     Checkpointed,
     Evaluated,
@@ -87,6 +88,7 @@ class StubWorker:
         #: training.min_peers: a fresh worker takes no step before the daemon's Begin
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
         self.published_step = self.step  #: compression.publish_on = "fetch": once a step at most
+        self.limit = -1  #: exchange.max_lead: no step at or beyond this one (-1: none)
         self.xhat = {k: v.copy() for k, v in self.x.items()}
         self.epoch = secrets.token_hex(6)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
@@ -185,7 +187,8 @@ class StubWorker:
         if msg.mode == ADOPT:  # the whole adopted model published before the answer, as the torch worker does
             self.publish(full=True)
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
-                          version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
+                          version=replica.version, weight=weight, distance=distance, step=replica.step,
+                          **applied_clip(clip)))
 
     def checkpoint(self, token: int) -> None:
         try:
@@ -201,6 +204,8 @@ class StubWorker:
             self.checkpoint(msg.token)
         elif isinstance(msg, Begin):
             self.waiting = False
+        elif isinstance(msg, Hold):
+            self.limit = msg.limit
         elif isinstance(msg, PublishNow):  # compression.publish_on = "fetch": once a step at most
             if not self.done and self.step > self.published_step:
                 self.publish()
@@ -242,7 +247,7 @@ class StubWorker:
             if not self.running:
                 break
             next_step = time.monotonic() + STEP_SECONDS
-            if self.waiting:
+            if self.waiting or (0 <= self.limit <= self.step and not self.done):
                 continue
             if not self.done:
                 self.train_step()

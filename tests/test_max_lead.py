@@ -1,0 +1,105 @@
+"""``exchange.max_lead``: a node far ahead of its peers holds its worker until they catch up
+(daemon/pace.py). The reference rule on its own, then real daemons on loopback with the stub
+worker: a node whose only peer is frozen (its worker SIGSTOPped) stops within the bound and goes
+on when the peer does; a peer that dies holds nobody for long."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from daemon_util import worker_pid
+from nodes import STUB, wait_for
+from p2pnode.daemon.pace import FRESH, Pace
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_reference_is_the_upper_median_of_fresh_extrapolated_steps() -> None:
+    clock = Clock()
+    pace = Pace(4, clock=clock)
+    for node in "abc":
+        pace.saw(node, 0)
+    clock.now = 1.0
+    pace.saw("a", 10)  # 10 steps a second
+    pace.saw("b", 10)
+    pace.saw("c", 1)  # a straggler
+    assert pace.reference("abc") == 10
+    assert pace.update("abc") == 14 and pace.holds(14) and not pace.holds(13)
+    clock.now = 1.5  # half a second on: a and b are at about 15 now
+    assert pace.reference("abc") == 15
+    # one peer: its step is the reference; two: the one ahead (a straggler holds nobody)
+    assert pace.reference("c") == 1
+    assert pace.reference("ac") == 15
+    # dead (not alive) or silent for FRESH seconds: not counted; nobody left: no bound
+    assert pace.reference("") is None
+    clock.now = 1.0 + FRESH + 0.1
+    assert pace.update("abc") is None and not pace.holds(10**6)
+
+
+def test_a_restarted_peer_reporting_a_lower_step_is_not_extrapolated_backwards() -> None:
+    clock = Clock()
+    pace = Pace(4, clock=clock)
+    pace.saw("a", 0)
+    clock.now = 1.0
+    pace.saw("a", 50)
+    clock.now = 2.0
+    pace.saw("a", 20)  # resumed from a checkpoint
+    assert pace.reference("a") == 20
+
+
+def test_off_by_default() -> None:
+    pace = Pace(0)
+    pace.saw("a", 5)
+    assert not pace.enabled and pace.update("a") is None and not pace.holds(100)
+
+
+def steps(node) -> int:
+    return node.status()["training"]["step"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_node_waits_for_a_frozen_peer_and_not_for_a_dead_one(cluster) -> None:
+    lead = ["--set", "exchange.max_lead=20", "--set", "training.max_samples=0"]
+    a = cluster("a", extra=[*STUB, *lead])
+    a.wait_ready()
+    b = cluster("b", seeds=[a.addr], extra=[*STUB, *lead])
+    b.wait_ready()
+    wait_for(lambda: a.status()["pace"]["limit"] is not None, 30, "a to hear b's step")
+    frozen = worker_pid(b.proc.pid)
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        b_step = steps(b)
+        # a goes on until it is 20 steps ahead of b (what it last heard of b, at b's rate then)
+        wait_for(lambda: a.status()["pace"]["held_seconds"] > 0, 30, "a to be held")
+        first = steps(a)
+        time.sleep(2.0)
+        held = steps(a)
+        assert held == first, "a held: no step while b is frozen"
+        assert held <= b_step + 20 + 50, (held, b_step)  # the bound, and what b's rate made a expect
+        assert a.status()["training"]["worker_alive"]
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    wait_for(lambda: steps(a) > held + 20, 30, "a to go on once b does")
+    # a dead peer holds nobody for long: FRESH seconds after its last report at most
+    frozen = worker_pid(b.proc.pid)
+    before = a.status()["pace"]["held_seconds"]
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        wait_for(lambda: a.status()["pace"]["held_seconds"] > before + 1.0, 30, "a to be held again")
+        b.proc.kill()
+        b.proc.wait()
+    finally:
+        os.kill(frozen, signal.SIGKILL)  # a stopped worker would never see its daemon go
+    now = steps(a)
+    wait_for(lambda: steps(a) > now + 50, FRESH + 30, "a to go on without the dead peer")
