@@ -86,6 +86,7 @@ VARIANTS: dict[str, list[str]] = {
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none",
                  "--set", "compression.publish_on=steps"],
     # a bounded lead (exchange.max_lead): a node this many steps ahead of most of its peers waits
+    "lead0": ["--set", "exchange.max_lead=0"],  # the defaults before the bounded lead (2026-11-25)
     "lead4": ["--set", "exchange.max_lead=4"],
     "lead8": ["--set", "exchange.max_lead=8"],
     "lead2": ["--set", "exchange.max_lead=2"],
