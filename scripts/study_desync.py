@@ -18,34 +18,22 @@ import argparse
 import json
 import math
 import random
-import sys
 import time
-from pathlib import Path
 
+import study_skew as sk  # the study's helpers: its setup, top-k with int8 values, evaluation, schedule
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import study_skew as sk  # noqa: E402  (the study's helpers: top-k with int8 values, evaluation, schedule)
-
-from benchlib.results import append_jsonl  # noqa: E402
-from p2pnode import partition as parts  # noqa: E402
-from p2pnode.data import fashion_mnist  # noqa: E402
-from p2pnode.models import build_model  # noqa: E402
+from benchlib.results import append_jsonl
+from p2pnode.models import build_model
 
 torch.set_num_threads(1)
 
 
 def run(args: argparse.Namespace) -> dict:
-    train, test = fashion_mnist(True), fashion_mnist(False)
-    n = args.nodes
-    shards = parts.assign(train.labels.numpy(), parts.parse(args.partition), n, args.pseed)
-    xs = [train.images[torch.from_numpy(p)] for p in shards]
-    ys = [train.labels[torch.from_numpy(p)] for p in shards]
-    steps, warm = args.samples // args.batch, 50
-    torch.manual_seed(args.seed)
-    base = build_model("cnn", in_channels=1)
-    shapes = [p.numel() for p in base.parameters()]
+    su = sk.setup(args)
+    test, xs, ys, steps, base, shapes, gens = su.test, su.xs, su.ys, su.steps, su.base, su.shapes, su.gens
+    n, warm = args.nodes, 50
     models = [build_model("cnn", in_channels=1) for _ in range(n)]
     for m in models:
         m.load_state_dict(base.state_dict())
@@ -53,7 +41,6 @@ def run(args: argparse.Namespace) -> dict:
     mom = [torch.zeros(dim) for _ in range(n)]
     xhat = [sk.flat(base).clone() for _ in range(n)]
     published = [-1] * n  # the step of each node's last publish (at most one a step, as the worker)
-    gens = [torch.Generator().manual_seed(100 + i + 1000 * args.seed) for i in range(n)]
     orders = [torch.randperm(len(y), generator=g) for y, g in zip(ys, gens)]
     pos, done = [0] * n, [0] * n
     rounds = [0] * n

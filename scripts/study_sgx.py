@@ -18,27 +18,25 @@ import time
 
 import torch
 import torch.nn.functional as F
+from study_skew import (
+    add_common_args,
+    evaluate,
+    flat,
+    lr_at,
+    set_flat,
+    setup,
+    topk_per_tensor,
+)
 
 from benchlib.results import append_jsonl
-from p2pnode import partition as parts
-from p2pnode.data import fashion_mnist
-from p2pnode.models import build_model
-from study_skew import add_common_args, evaluate, flat, lr_at, set_flat, topk_per_tensor
 
 torch.set_num_threads(1)
 
 
 def run(args: argparse.Namespace) -> dict:
-    train, test = fashion_mnist(True), fashion_mnist(False)
-    n = args.nodes
-    shards = parts.assign(train.labels.numpy(), parts.parse(args.partition), n, args.pseed)
-    xs = [train.images[torch.from_numpy(p)] for p in shards]
-    ys = [train.labels[torch.from_numpy(p)] for p in shards]
-    steps, warm = args.samples // args.batch, 50
-    torch.manual_seed(args.seed)
-    model = build_model("cnn", in_channels=1)
-    shapes = [p.numel() for p in model.parameters()]
-    gens = [torch.Generator().manual_seed(100 + i + 1000 * args.seed) for i in range(n)]
+    su = setup(args)
+    test, xs, ys, steps, model, shapes, gens = su.test, su.xs, su.ys, su.steps, su.base, su.shapes, su.gens
+    n, warm = args.nodes, 50
     dim = sum(shapes)
     models = [flat(model).clone() for _ in range(n)]  # each node's model (equal in lockstep)
     u = [torch.zeros(dim) for _ in range(n)]  # momentum (local: DGC's momentum correction)

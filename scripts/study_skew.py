@@ -15,6 +15,8 @@ import argparse
 import json
 import math
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -135,20 +137,37 @@ def lr_at(step: int, steps: int, lr: float, warm: int) -> float:
     return v
 
 
-def run(args) -> dict:
+@dataclass
+class Setup:
+    """What every study starts from: the nodes' shards, the test set, the schedule's length, the
+    initial model (``--seed``) and each node's batch-order generator."""
+
+    test: Any
+    xs: list[torch.Tensor]
+    ys: list[torch.Tensor]
+    steps: int
+    base: torch.nn.Module
+    shapes: list[int]
+    gens: list[torch.Generator]
+
+
+def setup(args: argparse.Namespace) -> Setup:
     train, test = fashion_mnist(True), fashion_mnist(False)
-    labels = train.labels.numpy()
-    n = args.nodes
-    shards = parts.assign(labels, parts.parse(args.partition), n, args.pseed)
-    xs = [train.images[torch.from_numpy(p)] for p in shards]
-    ys = [train.labels[torch.from_numpy(p)] for p in shards]
-    steps = args.samples // args.batch
-    warm = 50
+    shards = parts.assign(train.labels.numpy(), parts.parse(args.partition), args.nodes, args.pseed)
     torch.manual_seed(args.seed)
     base = build_model("cnn", in_channels=1)
-    shapes = [p.numel() for p in base.parameters()]
+    return Setup(test, [train.images[torch.from_numpy(p)] for p in shards],
+                 [train.labels[torch.from_numpy(p)] for p in shards], args.samples // args.batch, base,
+                 [p.numel() for p in base.parameters()],
+                 [torch.Generator().manual_seed(100 + i + 1000 * args.seed) for i in range(args.nodes)])
+
+
+def run(args) -> dict:
+    su = setup(args)
+    test, xs, ys, steps, base, shapes, gens = su.test, su.xs, su.ys, su.steps, su.base, su.shapes, su.gens
+    n = args.nodes
+    warm = 50
     MATS[:] = [(p.shape[0], p[0].numel()) if p.dim() > 1 else (p.numel(), 0) for p in base.parameters()]
-    gens = [torch.Generator().manual_seed(100 + i + 1000 * args.seed) for i in range(n)]
     orders = [torch.randperm(len(y), generator=g) for y, g in zip(ys, gens)]
     pos = [0] * n
 
