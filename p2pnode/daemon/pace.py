@@ -22,9 +22,13 @@ its fetch of our model (``GET /v1/model?...&step=``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from p2pnode.pipe_protocol import Hold
+
+if TYPE_CHECKING:
+    from p2pnode.daemon.pipe import WorkerPipe
 
 #: seconds a peer's reported step counts for the reference
 FRESH = 10.0
@@ -35,7 +39,7 @@ RATE_WINDOW = 1.0
 class Pace:
     """Peers' last reported steps and the step this node may not pass (None: no bound)."""
 
-    def __init__(self, max_lead: int, clock=time.monotonic) -> None:
+    def __init__(self, max_lead: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.max_lead = max_lead
         self._clock = clock
         self._steps: dict[str, tuple[int, float]] = {}  # last report: (step, when)
@@ -86,7 +90,7 @@ class Pace:
         """A new worker life starts unbounded: tell it the limit again."""
         self._told = "nothing"
 
-    async def tell(self, worker, alive: Iterable[str]) -> None:
+    async def tell(self, worker: WorkerPipe, alive: Iterable[str]) -> None:
         """Recompute the limit and send the worker a Hold when it changed (``worker``: the
         daemon's WorkerPipe; a worker restarting just misses it and is told on the next round)."""
         if not self.enabled:
