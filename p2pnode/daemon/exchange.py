@@ -197,7 +197,11 @@ class Exchange:
             return await self.clock.wait_step(after=after)
         while True:
             try:
-                return await asyncio.wait_for(self.clock.wait_step(after=after), timeout=HELD_POLL)
+                # asyncio.timeout, not wait_for: Python 3.11's wait_for can turn a cancellation
+                # arriving as it times out into a TimeoutError, and this loop would swallow it
+                # (a node that failed to join then never exited: found by the test suite)
+                async with asyncio.timeout(HELD_POLL):
+                    return await self.clock.wait_step(after=after)
             except TimeoutError:
                 if self.pace.holds(self.clock.step):
                     self.pace.held_seconds += HELD_POLL
