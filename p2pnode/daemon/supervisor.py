@@ -221,7 +221,8 @@ class WorkerSupervisor:
                 if self._consuming:
                     await self.pipe.request(stop, timeout)
                 else:  # run() was cancelled: nobody reads the reply, the worker's exit is the answer
-                    await asyncio.wait_for(self.pipe.send(stop), timeout)
+                    async with asyncio.timeout(timeout):  # not wait_for: it can drop a cancellation (3.11)
+                        await self.pipe.send(stop)
                     grace = timeout
             except (TimeoutError, ConnectionError) as exc:
                 log.warning("worker did not stop cleanly (%r)%s", exc,

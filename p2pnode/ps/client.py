@@ -110,7 +110,10 @@ class PsClient:
                 grad = None
             else:
                 try:  # a second at a time: a restarted worker (new epoch) waits for weights, not us
-                    grad = await asyncio.wait_for(self.gradients.get(), 1.0)
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can drop a cancellation that
+                    # lands as the get completes, and this loop would then never end
+                    async with asyncio.timeout(1.0):
+                        grad = await self.gradients.get()
                 except TimeoutError:
                     continue
             started = time.monotonic()
@@ -118,9 +121,8 @@ class PsClient:
             pulled = await self.pull() if grad is not None else True
             self.round_seconds = [*self.round_seconds[-99:], time.monotonic() - started]
             try:
-                await asyncio.wait_for(self.pipe.send(PsRoundEnd(pushed=pushed, pulled=pulled,
-                                                                 version=self.version or -1)),
-                                       self.cfg.exchange.timeout)
+                async with asyncio.timeout(self.cfg.exchange.timeout):
+                    await self.pipe.send(PsRoundEnd(pushed=pushed, pulled=pulled, version=self.version or -1))
             except (TimeoutError, ConnectionError):
                 pass  # the worker is gone; the supervisor restarts it and we start over
 
