@@ -103,8 +103,6 @@ class Applied(Message):
     #: averaged under the spread rule: the typical peer was as far, so a model beyond the
     #: refusal bound was clipped instead of refused (robust.py)
     spread: bool = False
-    #: the peer's training step in the payload's header (-1: unknown): exchange.max_lead's pacing
-    step: int = -1
 
 
 @dataclass

@@ -39,7 +39,7 @@ from typing import Any
 from p2pnode.config import Config
 from p2pnode.daemon.bootstrap import LONE_WAIT_S, MAX_VOTES, RETRY_S, VOTERS, BootstrapState, collect, judge
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.pace import Pace
+from p2pnode.daemon.pace import Pace, parse_step
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import StepClock
 from p2pnode.membership.base import Member, Membership
@@ -188,7 +188,6 @@ class Exchange:
         finally:
             self.busy.difference_update(p.node_id for p in chosen)
             slots.release()
-        await self.pace.tell(self.worker, (p.node_id for p in self.membership.alive_peers()))
 
     async def next_round_step(self, after: int) -> int:
         """The step at which the next round starts: past ``after``, or now if exchange.max_lead
@@ -240,9 +239,8 @@ class Exchange:
             return False
         latency = time.monotonic() - started
         self.metrics.exchange_seconds.observe(latency)
-        step = resp.headers.get("X-P2P-Step", "")
-        if step.isdigit() and len(step) <= 18:  # the peer's step now (exchange.max_lead)
-            self.pace.saw(peer.node_id, int(step))
+        if (step := parse_step(resp.headers.get("X-P2P-Step", ""))) is not None:
+            self.pace.saw(peer.node_id, step)  # the peer's step now (exchange.max_lead)
         rec.last_latency = latency
         if resp.status in (304, 503) and self.slow.too_slow(peer.node_id, latency, resp.status):
             deadline = self.slow.deadline(peer.node_id, resp.status)
@@ -337,7 +335,6 @@ class Exchange:
             rec.version, rec.epoch = -1, ""  # ask for a full snapshot next time
             return False
         rec.version, rec.epoch = applied.version, applied.epoch
-        self.pace.saw(peer.node_id, applied.step)
         self._note_clip(rec, applied.clipped, applied.radius)
         self.totals.spread += applied.spread
         self.spread = applied.spread

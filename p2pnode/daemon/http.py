@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.pace import parse_step
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.push import PushPolicy
 from p2pnode.daemon.state import ModelSource
@@ -157,10 +158,10 @@ class HttpApi:
             return error(503, "model not ready")
         if self.starting():
             return error(503, "starting: this node takes its peers' model first")
-        asker_step = request.query.get("step", "")
-        if asker_step.isdigit() and len(asker_step) <= 18 and self.pushes.from_member(request):
-            self.heard_step(request.query.get("from", ""), int(asker_step))
-        if self.cfg.compression.publish_on == "fetch" and self.training() and self.pushes.from_member(request):
+        member = self.pushes.from_member(request)
+        if member and (asker_step := parse_step(request.query.get("step", ""))) is not None:
+            self.heard_step(request.query.get("from", ""), asker_step)
+        if self.cfg.compression.publish_on == "fetch" and self.training() and member:
             served = await self.publish_first(served)
             if served is None:
                 return error(503, "model not ready")

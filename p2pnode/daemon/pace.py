@@ -14,9 +14,9 @@ reference is a peer in step, so a slow or dying node never holds the others back
 stops answering stops counting after FRESH seconds, or when membership declares it dead);
 only a node ahead of most of its peers waits; the slowest never does, so nodes cannot hold each
 other forever. A peer's step is extrapolated from its last report at its own recent rate, since
-reports come a round apart. Steps are heard two ways: the step in the header
-of every payload we average in (the worker reports it), and the ``step`` a member sends with
-its fetch of our model (``GET /v1/model?...&step=``).
+reports come a round apart. Steps are heard two ways: the ``X-P2P-Step`` header of every
+answer to our fetches (304s included), and the ``step`` a member sends with its fetch of our
+model (``GET /v1/model?...&step=``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 FRESH = 10.0
 #: seconds over which a peer's step rate is measured
 RATE_WINDOW = 1.0
+
+
+def parse_step(text: str) -> int | None:
+    """A step as a peer sends it (header or query: decimal digits), or None for anything else."""
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 class Pace:
@@ -65,10 +70,6 @@ class Pace:
         elif now - anchor[1] >= RATE_WINDOW:
             self._rates[node_id] = (step - anchor[0]) / (now - anchor[1])
             self._anchors[node_id] = (step, now)
-
-    def forget(self, node_id: str) -> None:
-        for table in (self._steps, self._anchors, self._rates):
-            table.pop(node_id, None)
 
     def reference(self, alive: Iterable[str]) -> int | None:
         """The upper median of the fresh steps of ``alive`` peers (None: nobody heard)."""

@@ -26,11 +26,11 @@ from p2pnode.pipe_protocol import (
     FETCH_FALLBACK,
     Applied,
     Begin,
-    Hold,
     Checkpoint,
     Checkpointed,
     Evaluated,
     Hello,
+    Hold,
     Message,
     PeerPayload,
     Progress,
@@ -170,8 +170,7 @@ class Worker:
             self.outer.step(self.trainer.model)  # after training: plain averages (consensus finish)
         self.dirty = True
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
-                          version=replica.version, weight=weight, distance=distance, step=replica.step,
-                          **applied_clip(clip)))
+                          version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
     def evaluate(self, samples: int) -> None:
         acc, loss, n = self.trainer.evaluate(samples)

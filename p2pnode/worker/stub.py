@@ -31,11 +31,11 @@ from p2pnode.pipe_protocol import (
     FETCH_FALLBACK,
     Applied,
     Begin,
-    Hold,
     Checkpoint,
     Checkpointed,
     Evaluated,
     Hello,
+    Hold,
     Message,
     PeerPayload,
     Progress,
@@ -187,8 +187,7 @@ class StubWorker:
         if msg.mode == ADOPT:  # the whole adopted model published before the answer, as the torch worker does
             self.publish(full=True)
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
-                          version=replica.version, weight=weight, distance=distance, step=replica.step,
-                          **applied_clip(clip)))
+                          version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
     def checkpoint(self, token: int) -> None:
         try:
@@ -237,6 +236,10 @@ class StubWorker:
         if (every and self.step % every == 0) or self.done:
             self.evaluate()
 
+    def held(self) -> bool:
+        """exchange.max_lead: the daemon's Hold says we are too far ahead of our peers."""
+        return 0 <= self.limit <= self.step and not self.done
+
     def loop(self) -> None:
         next_step = time.monotonic()
         last_idle_publish = 0.0
@@ -247,7 +250,7 @@ class StubWorker:
             if not self.running:
                 break
             next_step = time.monotonic() + STEP_SECONDS
-            if self.waiting or (0 <= self.limit <= self.step and not self.done):
+            if self.waiting or self.held():
                 continue
             if not self.done:
                 self.train_step()
