@@ -148,10 +148,16 @@ class PeerPayload(Message):
     peer: str
     data: bytes
     mode: PeerMode = "average"
+    #: its place among this round's payloads (exchange.peers_per_round): the n-th is averaged in
+    #: with weight 1/(n+1) under the "mean" rule, so a round of k peers ends at the plain mean
+    #: of k+1 models instead of weighting the last to land by 1/2 and our own model by 1/2^k
+    nth: int = 1
 
     def __post_init__(self) -> None:
         if self.mode not in (AVERAGE, ADOPT):
             raise ValueError(f"unknown peer payload mode {self.mode!r}")
+        if not isinstance(self.nth, int) or self.nth < 1:
+            raise ValueError(f"a payload's place in its round must be 1 or more, not {self.nth!r}")
 
 
 @dataclass

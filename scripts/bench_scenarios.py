@@ -91,6 +91,13 @@ VARIANTS: dict[str, list[str]] = {
     "lead8": ["--set", "exchange.max_lead=8"],
     # quasi-global momentum with the nodes held closer in step (it lost 2 pt when they ran apart)
     "qgm-lead4": ["--set", "training.optimizer=qgm", "--set", "exchange.max_lead=4"],
+    # every peer (3 of 3 at 4 nodes) a round, averaged uniformly (each payload of a round weighs
+    # 1/(n+1) as it lands), at half the density so the bytes stay within 1/30 of DDP's
+    "ppr3-d05": ["--set", "exchange.peers_per_round=3", "--set", "compression.publish=topk:density=0.05"],
+    "ppr3": ["--set", "exchange.peers_per_round=3"],
+    "ppr2": ["--set", "exchange.peers_per_round=2"],
+    # the next round's fetch may start while the last payload waits for the worker
+    "pipeline": ["--set", "exchange.pipeline=true"],
     # a smaller step: local steps drift less on skewed shards, the network's mean moves slower
     "lr0.1": ["--set", "training.lr=0.1"],
     "lr0.05": ["--set", "training.lr=0.05"],

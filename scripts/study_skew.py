@@ -349,7 +349,7 @@ def run(args) -> dict:
             for i in range(n):
                 q = topk_per_tensor(flat(models[i]) - xhat[i], shapes, dens_now)
                 xhat[i] += q
-                fetchers = n - 1 if args.mix == "group" else 1  # --mix group: every peer fetches it
+                fetchers = n - 1 if args.mix in ("group", "seq") else 1  # every peer fetches it
                 bytes_sent += (q != 0).sum().item() * 8 * fetchers
                 wire_sent += wire_bytes(q) * fetchers
             rnd = rnd_count
@@ -367,6 +367,11 @@ def run(args) -> dict:
                     newx.append(before[i] + args.w * (xhat[j] - xhat[i]))
                 elif args.mix == "group":  # every peer's copy at once, uniformly (a group all-reduce)
                     newx.append((before[i] + sum(xhat[k] for k in range(n) if k != i)) / n)
+                elif args.mix == "seq":  # every peer's copy, each averaged in with weight w as it lands
+                    x = before[i]
+                    for off in range(1, n):  # the daemon's exchange.peers_per_round = n - 1
+                        x = x + args.w * (xhat[(i + off) % n] - x)
+                    newx.append(x)
                 else:
                     newx.append(before[i] + args.w * clip_scale(i, j, before[i]) * (xhat[j] - before[i]))
             if args.algo == "diloco":
@@ -515,7 +520,8 @@ def main() -> None:
     ap.add_argument("--w", type=float, default=0.5)
     ap.add_argument("--mix", default="model", help="model: x <- (1-w) x + w x_hat_peer (the daemon's); "
                     "choco: x <- x + w (x_hat_peer - x_hat_own), CHOCO-SGD's consensus step; "
-                    "group: x <- the mean of x and every peer's x_hat (a group all-reduce)")
+                    "group: x <- the mean of x and every peer's x_hat (a group all-reduce); "
+                    "seq: every peer's x_hat averaged in with weight w, one after another")
     ap.add_argument("--selection", default="exponential")
     ap.add_argument("--consensus", type=int, default=0)
     ap.add_argument("--gain", type=float, default=0.2, help="pi: integral gain")

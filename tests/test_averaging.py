@@ -16,6 +16,20 @@ def test_mean_is_one_half_whatever_the_losses() -> None:
     assert peer_weight("mean", 2.0, 0.1) == 0.5
 
 
+def test_a_round_of_several_peers_ends_at_the_plain_mean() -> None:
+    """exchange.peers_per_round = 3: the n-th payload of a round weighs 1/(n+1), so our model and
+    the three peers' each count a quarter, whichever lands first (not 1/8, 1/8, 1/4, 1/2)."""
+    torch.manual_seed(0)
+    model = build_model("cnn")
+    ours = {k: v.clone() for k, v in floating_state(model).items()}
+    peers = [{k: torch.randn_like(v) for k, v in ours.items()} for _ in range(3)]
+    for nth, peer in enumerate(peers, start=1):
+        average_into(model, peer, peer_weight("mean", 1.0, 1.0, nth))
+    for name, tensor in floating_state(model).items():
+        mean = (ours[name] + sum(p[name] for p in peers)) / 4
+        assert torch.allclose(tensor, mean, atol=1e-6), name
+
+
 @pytest.mark.parametrize("own, peer, expected", [
     (1.0, 1.0, 0.5),      # equal losses: the mean
     (3.0, 1.0, 0.75),     # the peer is better: it pulls harder

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,8 +185,9 @@ class Exchange:
                     await self._round(chosen, slots)
 
     async def _round(self, chosen: list[Member], slots: asyncio.Semaphore) -> None:
+        landed = itertools.count(1)  # each payload's place as it lands: the n-th weighs 1/(n+1)
         try:
-            await asyncio.gather(*(self.exchange_with(p) for p in chosen))
+            await asyncio.gather(*(self.exchange_with(p, landed) for p in chosen))
         finally:
             self.busy.difference_update(p.node_id for p in chosen)
             slots.release()
@@ -219,7 +222,7 @@ class Exchange:
         for rec in self.peers.values():
             rec.version, rec.epoch = -1, ""
 
-    async def exchange_with(self, peer: Member) -> bool:
+    async def exchange_with(self, peer: Member, landed: Iterator[int] | None = None) -> bool:
         self.follow_worker()
         rec = self.peers.setdefault(peer.node_id, PeerRecord(peer.addr))
         if rec.addr != peer.addr:  # moved: our replica may be of another life
@@ -259,7 +262,7 @@ class Exchange:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
         self.slow.useful(peer.node_id, latency)
-        return await self._take(peer, rec, resp.body)
+        return await self._take(peer, rec, resp.body, nth=next(landed) if landed is not None else 1)
 
     async def bootstrap(self, peers: list[Member]) -> None:
         """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""
@@ -296,13 +299,13 @@ class Exchange:
             log.warning("bootstrap: no model taken after %d votes; starting from this node's own", boot.votes)
             boot.settle("own")
 
-    async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False) -> bool:
+    async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False, nth: int = 1) -> bool:
         """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome."""
         rec.bytes_received += len(body)
         self.totals.bytes_received += len(body)
         self.metrics.bytes_received.inc(len(body))
         try:
-            applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE)
+            applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE, nth=nth)
         except (TimeoutError, ConnectionError) as exc:
             # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
             # a skip that does not count against it.

@@ -149,10 +149,13 @@ class WorkerPipe:
             elif not fut.cancelled():
                 fut.exception()  # failed while we were still sending: already reported by send
 
-    async def deliver(self, peer: str, data: bytes, mode: PeerMode = AVERAGE, timeout: float = 30.0) -> Applied:
-        """Hand a peer's payload to the worker; its answer says whether it was taken in.
+    async def deliver(self, peer: str, data: bytes, mode: PeerMode = AVERAGE, timeout: float = 30.0,
+                      nth: int = 1) -> Applied:
+        """Hand a peer's payload to the worker (``nth``: its place among its round's payloads);
+        its answer says whether it was taken in.
         TimeoutError or ConnectionError: our worker is stuck, restarting or stopping."""
-        reply = await self.request(PeerPayload(token=self.token(), peer=peer, data=data, mode=mode), timeout)
+        reply = await self.request(PeerPayload(token=self.token(), peer=peer, data=data, mode=mode, nth=nth),
+                                   timeout)
         if not isinstance(reply, Applied):
             raise ConnectionError(f"worker answered a payload with {reply.kind!r}")
         if not reply.ok:

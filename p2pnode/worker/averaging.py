@@ -15,9 +15,11 @@ import torch
 from torch import nn
 
 
-def peer_weight(rule: str, own_loss: float, peer_loss: float) -> float:
+def peer_weight(rule: str, own_loss: float, peer_loss: float, nth: int = 1) -> float:
+    """``nth``: the payload's place in its round (exchange.peers_per_round): under "mean" the
+    n-th is weighted 1/(n+1), so k payloads of one round leave the plain mean of k+1 models."""
     if rule == "mean":
-        return 0.5
+        return 1.0 / (nth + 1)
     if rule != "contribution":
         raise ValueError(f"unknown averaging rule {rule!r}")
     if not (math.isfinite(own_loss) and math.isfinite(peer_loss)) or own_loss <= 0 or peer_loss <= 0:

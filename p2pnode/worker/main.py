@@ -150,7 +150,7 @@ class Worker:
             self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=detail[:300]))
             return
         weight = 1.0 if msg.mode == ADOPT else peer_weight(
-            self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss)
+            self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss, msg.nth)
         distance = relative_distance(self.trainer.model, replica.tensors)
         clip = clip_payload(self.clipper, msg, distance)
         if clip is not None and clip.refused and self.clipper is not None:
