@@ -94,6 +94,9 @@ VARIANTS: dict[str, list[str]] = {
     # every peer (3 of 3 at 4 nodes) a round, averaged uniformly (each payload of a round weighs
     # 1/(n+1) as it lands), at half the density so the bytes stay within 1/30 of DDP's
     "ppr3-d05": ["--set", "exchange.peers_per_round=3", "--set", "compression.publish=topk:density=0.05"],
+    # the same, published every 4 steps (all peers fetch one copy, as the study's group mix), not on fetch
+    "ppr3-d05-steps": ["--set", "exchange.peers_per_round=3", "--set", "compression.publish=topk:density=0.05",
+                       "--set", "compression.publish_on=steps"],
     "ppr3": ["--set", "exchange.peers_per_round=3"],
     "ppr2": ["--set", "exchange.peers_per_round=2"],
     # the next round's fetch may start while the last payload waits for the worker

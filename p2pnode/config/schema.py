@@ -146,8 +146,8 @@ class TrainingConfig(Table):
 class ExchangeConfig(Table):
     #: fetch a peer's model after every this many local steps (the paper: 1; see BENCHMARKS.md)
     every: Positive = 4
-    #: peers fetched (at once) each round, each averaged in as it arrives: more mixing per
-    #: round on links that have room for it
+    #: peers fetched (at once) each round, averaged uniformly as they land (the n-th weighs
+    #: 1/(n+1)): more mixing per round on links that have room for it
     peers_per_round: Positive = 1
     #: fetch the next round's peer while the last payload is still being applied (at most two
     #: rounds in flight, never two with the same peer): fresher models on slow links
