@@ -133,6 +133,11 @@ VARIANTS: dict[str, list[str]] = {
                      "--set", "compression.publish_on=steps"],
     "every3-norobust": ["--set", "exchange.every=3", "--set", "compression.publish_every=3",
                         "--set", "exchange.robust=none"],
+    # fewer, larger exchanges for the same bytes: does the daemon lose per exchange?
+    "every6-d15": ["--set", "exchange.every=6", "--set", "compression.publish_every=6",
+                   "--set", "compression.publish=topk:density=0.15"],
+    "every8-d20": ["--set", "exchange.every=8", "--set", "compression.publish_every=8",
+                   "--set", "compression.publish=topk:density=0.2"],
     "int8-every1": ["--set", "compression.value_dtype=int8", "--set", "exchange.every=1",
                     "--set", "compression.publish_every=1"],
     # the same on a ring: every fetch is the single newest delta, served as published (int8 kept;
