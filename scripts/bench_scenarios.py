@@ -85,6 +85,12 @@ VARIANTS: dict[str, list[str]] = {
     "diloco25": ["--set", "training.outer=nesterov", "--set", "exchange.every=25", "--set", "compression.publish_every=25",
                  "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none",
                  "--set", "compression.publish_on=steps"],
+    "diloco16": ["--set", "training.outer=nesterov", "--set", "exchange.every=16", "--set", "compression.publish_every=16",
+                 "--set", "compression.publish=topk:density=0.05", "--set", "exchange.robust=none",
+                 "--set", "compression.publish_on=steps"],
+    # plain gossip at DiLoCo's bytes: a fetch every 16 steps, 5 % a publish
+    "every16-d05": ["--set", "exchange.every=16", "--set", "compression.publish_every=16",
+                    "--set", "compression.publish=topk:density=0.05"],
     # a bounded lead (exchange.max_lead): a node this many steps ahead of most of its peers waits
     "lead0": ["--set", "exchange.max_lead=0"],  # the defaults before the bounded lead (2026-11-25)
     "lead4": ["--set", "exchange.max_lead=4"],
