@@ -103,6 +103,8 @@ VARIANTS: dict[str, list[str]] = {
     # the same, published every 4 steps (all peers fetch one copy, as the study's group mix), not on fetch
     "ppr3-d05-steps": ["--set", "exchange.peers_per_round=3", "--set", "compression.publish=topk:density=0.05",
                        "--set", "compression.publish_on=steps"],
+    "ppr3-d05-norobust": ["--set", "exchange.peers_per_round=3", "--set", "compression.publish=topk:density=0.05",
+                          "--set", "exchange.robust=none"],
     "ppr3": ["--set", "exchange.peers_per_round=3"],
     "ppr2": ["--set", "exchange.peers_per_round=2"],
     # the next round's fetch may start while the last payload waits for the worker
