@@ -222,7 +222,9 @@ class Exchange:
         for rec in self.peers.values():
             rec.version, rec.epoch = -1, ""
 
-    async def exchange_with(self, peer: Member, landed: Iterator[int] | None = None) -> bool:
+    async def exchange_with(self, peer: Member, landed: Iterator[int]) -> bool:
+        """One fetch of ``peer``'s model, handed to our worker; ``landed`` numbers this round's
+        payloads as they arrive (the n-th is averaged in with weight 1/(n+1))."""
         self.follow_worker()
         rec = self.peers.setdefault(peer.node_id, PeerRecord(peer.addr))
         if rec.addr != peer.addr:  # moved: our replica may be of another life
@@ -262,7 +264,7 @@ class Exchange:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
         self.slow.useful(peer.node_id, latency)
-        return await self._take(peer, rec, resp.body, nth=next(landed) if landed is not None else 1)
+        return await self._take(peer, rec, resp.body, nth=next(landed))
 
     async def bootstrap(self, peers: list[Member]) -> None:
         """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""

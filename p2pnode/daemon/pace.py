@@ -52,7 +52,7 @@ class Pace:
         self._rates: dict[str, float] = {}  # steps a second, over the last RATE_WINDOW or more
         self.limit: int | None = None
         self.held_seconds = 0.0  #: time the worker spent held (status)
-        self._told: int | None | str = "nothing"  # the limit the current worker life was told
+        self._told: int | None = None  # the bound the worker holds now (None: none, as every life starts)
 
     @property
     def enabled(self) -> bool:
@@ -88,8 +88,8 @@ class Pace:
         return self.limit
 
     def new_worker(self) -> None:
-        """A new worker life starts unbounded: tell it the limit again."""
-        self._told = "nothing"
+        """A new worker life starts unbounded: the next limit must be sent to it again."""
+        self._told = None
 
     async def tell(self, worker: WorkerPipe, alive: Iterable[str]) -> None:
         """Recompute the limit and send the worker a Hold when it changed (``worker``: the
