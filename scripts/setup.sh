@@ -13,12 +13,24 @@ fi
 stamp=.venv/.p2pnode-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c "import p2pnode, torch, torchvision, msgspec" 2>/dev/null; then
   echo "== installing p2pnode and its dependencies into .venv (first time: a few minutes)"
+  # A CUDA torch build needs ~6 GB here: say so plainly rather than fail half-way through pip.
+  free_kb=$(df -Pk . | awk 'NR == 2 {print $4}')
+  if [ "${free_kb:-0}" -lt 7000000 ]; then
+    echo "warning: only $((free_kb / 1024)) MB free on $(pwd): installing torch needs about 6 GB" >&2
+  fi
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # torch/torchvision: this kind of machine keeps wheels on disk that pip picks first.
   # torchvision is the `vision` extra (p2pnode itself runs without it: README, "Installing");
   # the test extra includes it, since the tests train resnet and imagefolder tasks too.
-  .venv/bin/python -m pip install -q "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
-  .venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+  # Up to 3 tries: a download cut off half-way (seen on CI) is tried again, not taken as final.
+  for try in 1 2 3; do
+    .venv/bin/python -m pip install -q --retries 10 "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
+    .venv/bin/python -m pip install -q --retries 10 -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+    if .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich, playwright" 2>/dev/null; then
+      break
+    fi
+    [ "$try" = 3 ] || { echo "== install incomplete (try $try of 3): trying again in 10 s" >&2; sleep 10; }
+  done
   .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich"
   touch "$stamp"
 fi
