@@ -287,6 +287,10 @@ def run(args) -> dict:
             if args.clip > 0:  # the daemon's training.grad_clip (without it dir0.1 is on the edge of blowing up)
                 g.mul_(min(1.0, args.clip / max(float(g.norm()), 1e-12)))
             x = flat(m)
+            if args.prox > 0:
+                # FedProx's proximal term (Li et al. 2020) towards the model after the last
+                # average: local steps pay for wandering from what the network agreed on
+                g = g + args.prox * (x - teacher[i])
             if args.algo in ("base", "pi", "scaffold"):
                 if args.algo == "pi":
                     g = g + corr[i]
@@ -557,6 +561,7 @@ def main() -> None:
     ap.add_argument("--freeze-head", action="store_true", help="the last layer keeps its initial weights")
     ap.add_argument("--lowrank", type=int, default=0, help="publish rank-R factors of each matrix's change (0: top-k)")
     ap.add_argument("--ntd-tau", type=float, default=1.0, help="--ntd: softmax temperature")
+    ap.add_argument("--prox", type=float, default=0.0, help="FedProx's mu: the gradient gains mu (x - the model after the last average)")
     args = ap.parse_args()
     global VALUE_BITS, DENSE_BELOW, FC_DENSITY, LOWRANK
     LOWRANK = args.lowrank

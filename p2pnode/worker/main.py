@@ -160,6 +160,8 @@ class Worker:
             weight *= clip.scale
             log.debug("peer %s at distance %.4f, radius %.4f: weight %.4f", msg.peer, distance, clip.radius, weight)
         average_into(self.trainer.model, replica.tensors, weight)
+        log.debug("averaged %s's copy of its step %d at our step %d (round's payload %d, weight %.4f, distance %.4f)",
+                  msg.peer, replica.step, self.trainer.step, msg.nth, weight, distance)
         if msg.mode == ADOPT:  # momentum of a few steps on a model we just replaced means nothing
             self.trainer.optimizer.state.clear()
             if self.outer is not None:
