@@ -205,6 +205,13 @@ class Exchange:
                 async with asyncio.timeout(HELD_POLL):
                     return await self.clock.wait_step(after=after)
             except TimeoutError:
+                if not self.pace.holds(self.clock.step):
+                    continue
+                # The bound dates from the last round, from the peers' steps then. They have
+                # stepped since (extrapolated at their rates): a node in step is let go here,
+                # with no round, so rounds longer than the lead keep their length (a round at
+                # once for every hold made exchange.every = 64 a round every ~8 steps).
+                await self.pace.tell(self.worker, (p.node_id for p in self.membership.alive_peers()))
                 if self.pace.holds(self.clock.step):
                     self.pace.held_seconds += HELD_POLL
                     return self.clock.step
