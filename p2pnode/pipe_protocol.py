@@ -152,6 +152,9 @@ class PeerPayload(Message):
     #: with weight 1/(n+1) under the "mean" rule, so a round of k peers ends at the plain mean
     #: of k+1 models instead of weighting the last to land by 1/2 and our own model by 1/2^k
     nth: int = 1
+    #: the answer to a first fetch that named our genesis (wire/genesis.py): a delta from version
+    #: 0 may start the peer's replica from our own version 0, which the peer's was found equal to
+    genesis: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in (AVERAGE, ADOPT):

@@ -34,7 +34,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +81,9 @@ class PeerRecord:
     last_clipped: bool = False
     #: models refused as outliers (further than exchange.clip_refuse x the radius)
     outliers: int = 0
+    #: our worker could not start this peer's replica from our genesis (wire/genesis.py): ask
+    #: for a snapshot from now on
+    no_genesis: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -109,7 +112,8 @@ class ExchangeTotals:
 
 class Exchange:
     def __init__(self, cfg: Config, clock: StepClock, worker: WorkerPipe, membership: Membership,
-                 client: PeerClient, metrics: NodeMetrics, node_id: str) -> None:
+                 client: PeerClient, metrics: NodeMetrics, node_id: str,
+                 genesis: Callable[[], str] = lambda: "") -> None:
         self.cfg = cfg
         self.clock = clock  # paces the rounds; says when a new worker life began
         self.worker = worker  # takes the fetched payloads
@@ -117,6 +121,9 @@ class Exchange:
         self.client = client
         self.metrics = metrics
         self.node_id = node_id
+        #: the digest of our public model at version 0, "" if this worker life began later
+        #: (wire/genesis.py): named in a first fetch, it spares a peer's snapshot
+        self.genesis = genesis
         self.peers: dict[str, PeerRecord] = {}
         self.totals = ExchangeTotals()
         self.selector = PeerSelector(cfg.exchange.peer_selection, node_id, random.Random())
@@ -239,8 +246,13 @@ class Exchange:
         # chain=1: several publishes behind, the deltas as published if smaller than one merged
         # float32 "set" delta (float16 / int8 values stay so); our worker splits them
         # from: who asks, so a peer publishing on fetch publishes first for members only (daemon/http.py)
-        query = (f"/v1/model?from={self.node_id}" if rec.version < 0
-                 else f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1&from={self.node_id}")
+        genesis = self.genesis() if rec.version < 0 and not rec.no_genesis else ""
+        if genesis:  # a first fetch: the delta from version 0 if the peer's is ours (wire/genesis.py)
+            query = f"/v1/model?since=0&genesis={genesis}&chain=1&from={self.node_id}"
+        elif rec.version < 0:
+            query = f"/v1/model?from={self.node_id}"
+        else:
+            query = f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1&from={self.node_id}"
         if self.pace.enabled:  # our step, for the peer's own exchange.max_lead
             query += f"&step={self.clock.step}"
         started = time.monotonic()
@@ -271,7 +283,7 @@ class Exchange:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
         self.slow.useful(peer.node_id, latency)
-        return await self._take(peer, rec, resp.body, nth=next(landed))
+        return await self._take(peer, rec, resp.body, nth=next(landed), genesis=bool(genesis))
 
     async def bootstrap(self, peers: list[Member]) -> None:
         """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""
@@ -308,13 +320,17 @@ class Exchange:
             log.warning("bootstrap: no model taken after %d votes; starting from this node's own", boot.votes)
             boot.settle("own")
 
-    async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False, nth: int = 1) -> bool:
-        """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome."""
+    async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False, nth: int = 1,
+                    genesis: bool = False) -> bool:
+        """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome;
+        ``genesis``: an answer to a first fetch that named our genesis (the worker may start the
+        peer's replica from its own version 0)."""
         rec.bytes_received += len(body)
         self.totals.bytes_received += len(body)
         self.metrics.bytes_received.inc(len(body))
         try:
-            applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE, nth=nth)
+            applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE, nth=nth,
+                                                genesis=genesis)
         except (TimeoutError, ConnectionError) as exc:
             # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
             # a skip that does not count against it.
@@ -327,6 +343,7 @@ class Exchange:
             # Our worker has no replica of this peer at that version (it restarted, or evicted
             # it): our own state, not the peer's fault. Resynchronise with a snapshot.
             log.info("replica of %s out of step (%s); fetching a full model next time", peer.node_id, applied.detail)
+            rec.no_genesis = rec.no_genesis or genesis  # a worker without our genesis: snapshots
             self.totals.resyncs += 1
             self.metrics.exchanges.labels("resync").inc()
             rec.version, rec.epoch = -1, ""

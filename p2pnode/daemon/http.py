@@ -34,6 +34,7 @@ from p2pnode.net.client import MSGPACK
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
 from p2pnode.pipe_protocol import PublishNow
+from p2pnode.wire.genesis import DIGEST_RE
 from p2pnode.wire.prefix import prefix_error
 from p2pnode.wire.served import ServedModel
 
@@ -60,6 +61,16 @@ def _nonneg_int(request: web.Request, key: str) -> int | None:
         raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be a non-negative integer"}),
                                  content_type="application/json")
     return int(raw)
+
+
+def _digest(request: web.Request, key: str) -> str | None:
+    raw = request.query.get(key)
+    if raw is None or raw == "":
+        return None
+    if not DIGEST_RE.fullmatch(raw):
+        raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be 32 lowercase hex digits"}),
+                                 content_type="application/json")
+    return raw
 
 
 class HttpApi:
@@ -149,6 +160,7 @@ class HttpApi:
     async def get_model(self, request: web.Request) -> web.StreamResponse:
         try:
             since = _nonneg_int(request, "since")
+            genesis = _digest(request, "genesis")  # the asker's version 0 (wire/genesis.py)
         except web.HTTPBadRequest:
             self.metrics.rejected.labels("bad-request").inc()
             raise
@@ -165,7 +177,7 @@ class HttpApi:
             served = await self.publish_first(served)
             if served is None:
                 return error(503, "model not ready")
-        result = served.serve_now(since, epoch)  # 304 or newest delta: no thread hop
+        result = served.serve_now(since, epoch, genesis)  # 304 or newest delta: no thread hop
         hold = self.cfg.http.not_modified_hold
         if result is not None and result.status == 304 and hold > 0:
             # Nothing new: hold the answer until the next publish (or ``hold`` seconds), so a
@@ -174,9 +186,9 @@ class HttpApi:
             served = self.model.served
             if served is None:
                 return error(503, "model not ready")
-            result = served.serve_now(since, epoch)
+            result = served.serve_now(since, epoch, genesis)
         if result is None:
-            result = await asyncio.to_thread(served.serve, since, epoch, request.query.get("chain") == "1")
+            result = await asyncio.to_thread(served.serve, since, epoch, request.query.get("chain") == "1", genesis)
         if result.status == 503:
             return error(503, "nothing published yet")
         if result.kind == "snapshot" and self.snapshot_buckets.take(request.remote or "?") > 0:

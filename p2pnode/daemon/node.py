@@ -267,7 +267,7 @@ class Node:
         self.membership = self._build_membership()
         sup = self.supervisor
         self.exchange = Exchange(self.cfg, sup.clock, sup.pipe, self.membership, self.client, self.metrics,
-                                 self.node_id)
+                                 self.node_id, lambda: sup.model.served.genesis if sup.model.served else "")
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
                            lambda: sup.state.worker_alive, self.membership.pusher)
         self.api.starting = lambda: self.exchange is not None and self.exchange.boot.pending

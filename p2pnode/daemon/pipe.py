@@ -150,12 +150,12 @@ class WorkerPipe:
                 fut.exception()  # failed while we were still sending: already reported by send
 
     async def deliver(self, peer: str, data: bytes, mode: PeerMode = AVERAGE, timeout: float = 30.0,
-                      nth: int = 1) -> Applied:
-        """Hand a peer's payload to the worker (``nth``: its place among its round's payloads);
-        its answer says whether it was taken in.
-        TimeoutError or ConnectionError: our worker is stuck, restarting or stopping."""
-        reply = await self.request(PeerPayload(token=self.token(), peer=peer, data=data, mode=mode, nth=nth),
-                                   timeout)
+                      nth: int = 1, genesis: bool = False) -> Applied:
+        """Hand a peer's payload to the worker (``nth``: its place among its round's payloads;
+        ``genesis``: an answer to a fetch that named our version 0); its answer says whether it
+        was taken in. TimeoutError or ConnectionError: our worker is stuck, restarting or stopping."""
+        reply = await self.request(PeerPayload(token=self.token(), peer=peer, data=data, mode=mode, nth=nth,
+                                               genesis=genesis), timeout)
         if not isinstance(reply, Applied):
             raise ConnectionError(f"worker answered a payload with {reply.kind!r}")
         if not reply.ok:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,6 +56,17 @@ class Replica:
         self.step = 0
         self.loss = math.nan
         self.arrays: dict[str, np.ndarray] = {}  # flat float32, one per tensor of the spec
+
+    @classmethod
+    def from_genesis(cls, spec: ModelSpec, node_id: str, epoch: str, genesis: Mapping[str, np.ndarray]) -> Replica:
+        """A replica of ``node_id``'s x̂ at version 0 of ``epoch``, which its server found equal
+        to our own version 0 (``genesis``, flat float32 per tensor; wire/genesis.py)."""
+        r = cls(spec, node_id)
+        r.arrays = {t.name: np.array(genesis[t.name], dtype=np.float32, copy=True).reshape(-1) for t in spec.tensors}
+        if any(r.arrays[t.name].size != t.numel for t in spec.tensors):
+            raise PayloadError("our genesis does not fit this model")
+        r.epoch, r.version = epoch, 0
+        return r
 
     @property
     def tensors(self) -> dict[str, torch.Tensor]:
@@ -128,11 +140,13 @@ class ReplicaCache:
         return r
 
     def apply(self, node_id: str, data: bytes, expect: ModelSpec,
-              max_bytes: int = DEFAULT_MAX_BYTES) -> Replica:
+              max_bytes: int = DEFAULT_MAX_BYTES, genesis: Mapping[str, np.ndarray] | None = None) -> Replica:
         """Decode ``data`` from peer ``node_id`` and apply it; on any error (PayloadError and
         subclasses) the cache is unchanged. ``data`` may be a chain (``?chain=1``): deltas back
         to back, each from the version the one before it reached; all are decoded and checked
-        to follow on before the first is applied."""
+        to follow on before the first is applied. ``genesis``: our own x̂ at version 0, given
+        when the fetch named its digest and so a delta from version 0 starts from it (the
+        server answers so only when its version 0 is the same; wire/genesis.py)."""
         if len(data) > max_bytes:
             raise PayloadError(f"payload too large ({len(data)} > {max_bytes} bytes)")
         payloads = [decode(part, expect, max_bytes) for part in split_chain(data)]
@@ -144,6 +158,9 @@ class ReplicaCache:
         if any(p.header.node_id != node_id for p in payloads):
             raise PayloadError("payload of another node")
         replica = self._replicas.get(node_id)
+        if genesis is not None and isinstance(first, Delta) and first.header.base_version == 0 and (
+                replica is None or replica.epoch != first.header.epoch or replica.version != 0):
+            replica = Replica.from_genesis(expect, node_id, first.header.epoch, genesis)  # the old one stays until this works
         if isinstance(first, Snapshot):
             replica = Replica(expect, node_id)  # the old one stays intact until this works
         elif replica is None:

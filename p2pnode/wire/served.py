@@ -14,6 +14,9 @@ worker. Three answers, cheapest first:
   current values makes every replica bit-equal to x̂, at the same size. Its values are float32:
   with ``chain`` asked for (``?chain=1``) and the deltas as published (back to back) smaller,
   those are served instead, each in its own value type (float16 or int8 kept);
+* ``since=0`` with the asker's ``genesis`` digest equal to ours (wire/genesis.py: both nodes'
+  version 0 is the same seeded initial model), whatever its epoch: as for a replica of ours at
+  version 0, so a fresh peer's first fetch is a delta, not a snapshot;
 * anything else (no/unknown/too old ``since``, other epoch): a full snapshot, cached per version,
   and with ``snapshot_max_age`` > 0 (the daemon's choice) kept for that long across newer
   versions while its version is still in the log: a replica built from it is brought up to
@@ -44,6 +47,7 @@ from p2pnode.wire.codec import (
     decode,
     encode,
 )
+from p2pnode.wire.genesis import digest
 
 MiB = 1024 * 1024
 
@@ -86,6 +90,7 @@ class ServedModel:
         self._step = 0
         self._loss = 0.0
         self._ready = False
+        self._genesis = ""  # digest of x̂ at version 0 of this epoch ("": reset at a later version)
         self._log: deque[_LogEntry] = deque()
         self._log_nbytes = 0
         self.snapshot_max_age = snapshot_max_age
@@ -102,6 +107,12 @@ class ServedModel:
     @property
     def epoch(self) -> str:
         return self._epoch
+
+    @property
+    def genesis(self) -> str:
+        """The digest of x̂ at version 0 (wire/genesis.py), or "" when this epoch began later
+        (a resumed worker): what this node names in its own first fetches of its peers."""
+        return self._genesis
 
     @property
     def ready(self) -> bool:
@@ -134,8 +145,10 @@ class ServedModel:
         if h.node_id != self.node_id:
             raise PayloadError("snapshot of another node")
         x = {name: np.array(a, dtype=np.float32, copy=True) for name, a in payload.tensors.items()}
+        genesis = digest(x, self.spec) if h.version == 0 else ""
         with self._lock:
             self._x = x
+            self._genesis = genesis
             self._epoch, self._version = h.epoch, h.version
             self._step, self._loss = h.step, h.loss
             self._log.clear()
@@ -179,16 +192,23 @@ class ServedModel:
 
     # -- reader side ----------------------------------------------------------------------
 
-    def serve_now(self, since: int | None, epoch: str | None) -> ServeResult | None:
+    def serve_now(self, since: int | None, epoch: str | None, genesis: str | None = None) -> ServeResult | None:
         """The answers that need no encoding (503, 304, the newest delta), if the lock is free
         right now; None otherwise (call :meth:`serve`, from a thread). Never blocks, so the
         event loop can answer most requests itself instead of hopping to a thread."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            return self._serve_cheap(since, epoch)
+            return self._serve_cheap(since, self._asked_epoch(since, epoch, genesis))
         finally:
             self._lock.release()
+
+    def _asked_epoch(self, since: int | None, epoch: str | None, genesis: str | None) -> str | None:
+        """The epoch the asker's replica is of: ours when it names our genesis at version 0
+        (its own version 0 is ours, bit for bit). Caller holds the lock."""
+        if genesis and since == 0 and genesis == self._genesis:
+            return self._epoch
+        return epoch
 
     def _serve_cheap(self, since: int | None, epoch: str | None) -> ServeResult | None:
         """503, 304 or the newest delta as published; None if the answer needs encoding.
@@ -204,9 +224,11 @@ class ServedModel:
             return ServeResult(200, self._log[-1].data, "delta", v)
         return None
 
-    def serve(self, since: int | None, epoch: str | None, chain: bool = False) -> ServeResult:
-        """The answer to ``GET /v1/model?since=&epoch=[&chain=1]`` (see module docstring)."""
+    def serve(self, since: int | None, epoch: str | None, chain: bool = False,
+              genesis: str | None = None) -> ServeResult:
+        """The answer to ``GET /v1/model?since=&epoch=[&chain=1][&genesis=]`` (module docstring)."""
         with self._lock:
+            epoch = self._asked_epoch(since, epoch, genesis)
             cheap = self._serve_cheap(since, epoch)
             if cheap is not None:
                 return cheap

@@ -89,6 +89,9 @@ class Worker:
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
                                  secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
+        #: our x̂ at version 0 (a fresh start: the seeded initial model every fresh node shares),
+        #: from which a peer's replica starts when our first fetch named it (wire/genesis.py)
+        self.genesis = {k: v.numpy().copy() for k, v in self.public.xhat.items()} if self.public.version == 0 else None
         #: exchange.robust = "clip": the adaptive radius a peer's model is clipped to (robust.py)
         self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,
                                     cfg.exchange.clip_refuse)
@@ -137,7 +140,8 @@ class Worker:
     def on_peer(self, msg: PeerPayload) -> None:
         reason = ""
         try:
-            replica = self.replicas.apply(msg.peer, msg.data, self.spec, self.cfg.http.max_payload_bytes)
+            replica = self.replicas.apply(msg.peer, msg.data, self.spec, self.cfg.http.max_payload_bytes,
+                                          self.genesis if msg.genesis else None)
         except ArchitectureMismatch as exc:
             reason, detail = "architecture", str(exc)
         except NonFiniteError as exc:

@@ -90,6 +90,8 @@ class StubWorker:
         self.published_step = self.step  #: compression.publish_on = "fetch": once a step at most
         self.limit = -1  #: exchange.max_lead: no step at or beyond this one (-1: none)
         self.xhat = {k: v.copy() for k, v in self.x.items()}
+        #: x̂ at version 0, a peer's replica's start when our first fetch named it (wire/genesis.py)
+        self.genesis = {k: v.copy() for k, v in self.xhat.items()} if self.version == 0 else None
         self.epoch = secrets.token_hex(6)
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
         x = cfg.exchange
@@ -162,7 +164,8 @@ class StubWorker:
 
     def on_peer(self, msg: PeerPayload) -> None:
         try:
-            replica = self.replicas.apply(msg.peer, msg.data, SPEC, self.cfg.http.max_payload_bytes)
+            replica = self.replicas.apply(msg.peer, msg.data, SPEC, self.cfg.http.max_payload_bytes,
+                                          self.genesis if msg.genesis else None)
         except PayloadError as exc:
             reason = ("architecture" if isinstance(exc, ArchitectureMismatch) else
                       "non-finite" if isinstance(exc, NonFiniteError) else
