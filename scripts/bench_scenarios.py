@@ -58,6 +58,18 @@ SCENARIOS = {s.name: s for s in [
     Scenario("kill", "node 3 SIGKILLed half-way and restarted, even shards", kill=True),
 ]}
 
+
+def lean(every: int, density: float, ring: bool = True, finish: float = 0.0) -> list[str]:
+    """The DiLoCo row's settings (issue 7: 1/300 of DDP's bytes): rounds of ``every`` steps with
+    ``density`` of the change a publish, one peer a node (a ring: one first fetch each) unless
+    ``ring`` is off, no start from a peer's model (every node builds the same seeded one), and
+    no consensus finish unless ``finish`` (its tolerance): every node ends on its own last model."""
+    return ["--set", f"exchange.every={every}", "--set", f"compression.publish_every={every}",
+            "--set", f"compression.publish=topk:density={density}",
+            *(["--set", "exchange.peer_selection=ring"] if ring else []),
+            "--set", f"exchange.consensus_tolerance={finish:g}", "--set", "membership.bootstrap_from_peer=false"]
+
+
 #: p2pnode settings under test; every one is printed with the table
 VARIANTS: dict[str, list[str]] = {
     "defaults": [],
@@ -94,45 +106,15 @@ VARIANTS: dict[str, list[str]] = {
     # the DiLoCo row's bytes (issue 7: 1/300 of DDP's): long rounds, one peer each (a ring: one
     # first-fetch snapshot a node), no start from a peer's model (every node builds the same
     # seeded one), no consensus finish: every node ends on its own model of the last round
-    "ring64-d05-lean": ["--set", "exchange.every=64", "--set", "compression.publish_every=64",
-                        "--set", "compression.publish=topk:density=0.05", "--set", "exchange.peer_selection=ring",
-                        "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "ring64-d05-lean-nolead": ["--set", "exchange.every=64", "--set", "compression.publish_every=64",
-                               "--set", "compression.publish=topk:density=0.05", "--set", "exchange.peer_selection=ring",
-                               "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false",
-                               "--set", "exchange.max_lead=0"],
-    "ring16-d05-lean": ["--set", "exchange.every=16", "--set", "compression.publish_every=16",
-                        "--set", "compression.publish=topk:density=0.05", "--set", "exchange.peer_selection=ring",
-                        "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "exp32-d05-lean": ["--set", "exchange.every=32", "--set", "compression.publish_every=32",
-                       "--set", "compression.publish=topk:density=0.05",
-                       "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "ring8-d02-lean": ["--set", "exchange.every=8", "--set", "compression.publish_every=8",
-                       "--set", "compression.publish=topk:density=0.02", "--set", "exchange.peer_selection=ring",
-                       "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "ring12-d02-lean": ["--set", "exchange.every=12", "--set", "compression.publish_every=12",
-                        "--set", "compression.publish=topk:density=0.02", "--set", "exchange.peer_selection=ring",
-                        "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "ring16-d02-lean": ["--set", "exchange.every=16", "--set", "compression.publish_every=16",
-                        "--set", "compression.publish=topk:density=0.02", "--set", "exchange.peer_selection=ring",
-                        "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "ring8-d015-lean": ["--set", "exchange.every=8", "--set", "compression.publish_every=8",
-                        "--set", "compression.publish=topk:density=0.015", "--set", "exchange.peer_selection=ring",
-                        "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "exp8-d02-lean": ["--set", "exchange.every=8", "--set", "compression.publish_every=8",
-                      "--set", "compression.publish=topk:density=0.02",
-                      "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "ring32-d05-fin05": ["--set", "exchange.every=32", "--set", "compression.publish_every=32",
-                         "--set", "compression.publish=topk:density=0.05", "--set", "exchange.peer_selection=ring",
-                         "--set", "exchange.consensus_tolerance=0.05", "--set", "membership.bootstrap_from_peer=false"],
-    "ring32-d05-lean": ["--set", "exchange.every=32", "--set", "compression.publish_every=32",
-                        "--set", "compression.publish=topk:density=0.05", "--set", "exchange.peer_selection=ring",
-                        "--set", "exchange.consensus_tolerance=0", "--set", "membership.bootstrap_from_peer=false"],
-    "diloco64-ring-lean": ["--set", "training.outer=nesterov", "--set", "exchange.every=64",
-                           "--set", "compression.publish_every=64", "--set", "compression.publish=topk:density=0.05",
-                           "--set", "exchange.robust=none", "--set", "compression.publish_on=steps",
-                           "--set", "exchange.peer_selection=ring", "--set", "exchange.consensus_tolerance=0",
-                           "--set", "membership.bootstrap_from_peer=false"],
+    **{f"ring{every}-d{name}-lean": lean(every, density) for every, density, name in
+       [(64, 0.05, "05"), (32, 0.05, "05"), (16, 0.05, "05"), (8, 0.02, "02"), (12, 0.02, "02"), (16, 0.02, "02"),
+        (8, 0.015, "015")]},
+    "ring64-d05-lean-nolead": [*lean(64, 0.05), "--set", "exchange.max_lead=0"],
+    "exp32-d05-lean": lean(32, 0.05, ring=False),
+    "exp8-d02-lean": lean(8, 0.02, ring=False),
+    "ring32-d05-fin05": lean(32, 0.05, finish=0.05),
+    "diloco64-ring-lean": ["--set", "training.outer=nesterov", "--set", "exchange.robust=none",
+                           "--set", "compression.publish_on=steps", *lean(64, 0.05)],
     # a bounded lead (exchange.max_lead): a node this many steps ahead of most of its peers waits
     "lead0": ["--set", "exchange.max_lead=0"],  # the defaults before the bounded lead (2026-11-25)
     "lead4": ["--set", "exchange.max_lead=4"],
