@@ -115,6 +115,8 @@ VARIANTS: dict[str, list[str]] = {
     "ring32-d05-fin05": lean(32, 0.05, finish=0.05),
     "diloco64-ring-lean": ["--set", "training.outer=nesterov", "--set", "exchange.robust=none",
                            "--set", "compression.publish_on=steps", *lean(64, 0.05)],
+    "diloco16-ring-d02-lean": ["--set", "training.outer=nesterov", "--set", "exchange.robust=none",
+                               "--set", "compression.publish_on=steps", *lean(16, 0.02)],
     # a bounded lead (exchange.max_lead): a node this many steps ahead of most of its peers waits
     "lead0": ["--set", "exchange.max_lead=0"],  # the defaults before the bounded lead (2026-11-25)
     "lead4": ["--set", "exchange.max_lead=4"],
