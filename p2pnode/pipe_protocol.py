@@ -138,6 +138,12 @@ class Failed(Message):
 
 # --- daemon -> worker -------------------------------------------------------------------
 
+def mean_weight(nth: int) -> float:
+    """The weight of a round's ``nth`` payload under the "mean" rule: 1/(n+1), so the k payloads
+    of one round leave the plain mean of k+1 models (torch worker and stub alike)."""
+    return 1.0 / (nth + 1)
+
+
 @dataclass
 class PeerPayload(Message):
     """A peer's model payload (snapshot or delta, as fetched) to apply to its replica and

@@ -343,7 +343,7 @@ class Exchange:
             # Our worker has no replica of this peer at that version (it restarted, or evicted
             # it): our own state, not the peer's fault. Resynchronise with a snapshot.
             log.info("replica of %s out of step (%s); fetching a full model next time", peer.node_id, applied.detail)
-            rec.no_genesis = rec.no_genesis or genesis  # a worker without our genesis: snapshots
+            rec.no_genesis |= genesis  # a worker without our genesis: snapshots from now on
             self.totals.resyncs += 1
             self.metrics.exchanges.labels("resync").inc()
             rec.version, rec.epoch = -1, ""

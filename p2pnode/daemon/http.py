@@ -53,24 +53,25 @@ PAYLOAD_PATHS = ("/v1/model", "/v1/ps/gradient")
 FRESH_WAIT = 0.5
 
 
-def _nonneg_int(request: web.Request, key: str) -> int | None:
+def _query(request: web.Request, key: str, valid: Callable[[str], bool], what: str) -> str | None:
+    """The query parameter ``key`` (None when absent or empty); 400 saying ``what`` it must be
+    when ``valid`` refuses it."""
     raw = request.query.get(key)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be a non-negative integer"}),
+    if not valid(raw):
+        raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be {what}"}),
                                  content_type="application/json")
-    return int(raw)
+    return raw
+
+
+def _nonneg_int(request: web.Request, key: str) -> int | None:
+    raw = _query(request, key, lambda r: r.isdigit() and len(r) <= 18, "a non-negative integer")
+    return None if raw is None else int(raw)
 
 
 def _digest(request: web.Request, key: str) -> str | None:
-    raw = request.query.get(key)
-    if raw is None or raw == "":
-        return None
-    if not DIGEST_RE.fullmatch(raw):
-        raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be 32 lowercase hex digits"}),
-                                 content_type="application/json")
-    return raw
+    return _query(request, key, lambda r: DIGEST_RE.fullmatch(r) is not None, "32 lowercase hex digits")
 
 
 class HttpApi:

@@ -14,12 +14,14 @@ import math
 import torch
 from torch import nn
 
+from p2pnode.pipe_protocol import mean_weight
+
 
 def peer_weight(rule: str, own_loss: float, peer_loss: float, nth: int = 1) -> float:
     """``nth``: the payload's place in its round (exchange.peers_per_round): under "mean" the
     n-th is weighted 1/(n+1), so k payloads of one round leave the plain mean of k+1 models."""
     if rule == "mean":
-        return 1.0 / (nth + 1)
+        return mean_weight(nth)
     if rule != "contribution":
         raise ValueError(f"unknown averaging rule {rule!r}")
     if not (math.isfinite(own_loss) and math.isfinite(peer_loss)) or own_loss <= 0 or peer_loss <= 0:

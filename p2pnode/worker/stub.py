@@ -44,6 +44,7 @@ from p2pnode.pipe_protocol import (
     Stop,
     decode,
     encode,
+    mean_weight,
 )
 from p2pnode.wire.codec import (
     ArchitectureMismatch,
@@ -172,7 +173,7 @@ class StubWorker:
                       "gap" if isinstance(exc, ReplicaGap) else "malformed")
             self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=str(exc)[:300]))
             return
-        weight = 1.0 if msg.mode == ADOPT else 1.0 / (msg.nth + 1)  # the mean rule (worker/averaging.py)
+        weight = 1.0 if msg.mode == ADOPT else mean_weight(msg.nth)
         # ||x - x_hat_peer|| / ||x|| before averaging, as the torch worker reports it
         gap = math.sqrt(sum(float(np.sum((self.x[k] - replica.arrays[k]) ** 2)) for k in self.x))
         norm = math.sqrt(sum(float(np.sum(x ** 2)) for x in self.x.values()))
