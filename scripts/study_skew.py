@@ -224,6 +224,11 @@ def run(args) -> dict:
     for y in ys:
         counts = torch.bincount(y, minlength=10).float()
         log_prior.append(torch.log((counts + args.prior_eps * counts.sum() / 10) / counts.sum()))  # --m-mix topk: public copies of the momentum buffers
+    net_counts = sum(torch.bincount(y, minlength=10).float() for y in ys)
+    cw = []
+    for y in ys:
+        share = torch.bincount(y, minlength=10).float() / len(y)
+        cw.append(torch.clamp((net_counts / net_counts.sum()) / share.clamp_min(1e-12), max=args.class_weight or 1.0))
     anchor = [flat(base).clone() for _ in range(n)]  # round start (diloco / qgm-round)
     H = args.every
     # --robust clip: the daemon's robust averaging (p2pnode/worker/robust.py), one radius per node
@@ -263,7 +268,12 @@ def run(args) -> dict:
                 # logit adjustment by the node's own label prior (Menon et al. 2021; FedLC, Zhang
                 # et al. 2022): the loss no longer pays a node for pushing down classes it lacks
                 logits = logits + args.logit_adjust * log_prior[i]
-            loss = F.cross_entropy(logits, by)
+            if args.class_weight:
+                # importance weights (network's class share / the node's, capped): each node's
+                # expected loss becomes the network's for the classes it holds
+                loss = (F.cross_entropy(logits, by, reduction="none") * cw[i][by]).mean()
+            else:
+                loss = F.cross_entropy(logits, by)
             if args.ntd > 0:
                 # not-true distillation (FedNTD, Lee et al. 2022): keep what the node's model knew
                 # right after its last average about the classes a sample is *not*, so local steps
@@ -561,6 +571,7 @@ def main() -> None:
     ap.add_argument("--freeze-head", action="store_true", help="the last layer keeps its initial weights")
     ap.add_argument("--lowrank", type=int, default=0, help="publish rank-R factors of each matrix's change (0: top-k)")
     ap.add_argument("--ntd-tau", type=float, default=1.0, help="--ntd: softmax temperature")
+    ap.add_argument("--class-weight", type=float, default=0.0, help="cap of the class importance weights (0: off)")
     ap.add_argument("--prox", type=float, default=0.0, help="FedProx's mu: the gradient gains mu (x - the model after the last average)")
     args = ap.parse_args()
     global VALUE_BITS, DENSE_BELOW, FC_DENSITY, LOWRANK

@@ -1,0 +1,121 @@
+"""The lockstep study's other end: every node applies the *same* update every step, the
+network's mean gradient compressed by PowerSGD, so no node ever drifts.
+
+Why: on skewed shards every way of averaging *models* measured (gossip, every peer at once,
+local SGD's exact average every few steps) stays 1–3 pt under DDP within issue 7's byte budget
+(1/30 of DDP's), because between two averages each node steps along its own classes'
+gradient. A synchronous all-reduce of *gradients* has no such drift; what it costs is bytes,
+which PowerSGD (Vogels, Karimireddy, Jaggi 2019, *PowerSGD: Practical Low-Rank Gradient
+Compression*) cuts to a rank-r approximation: P = M Q and Q' = Mᵀ orth(P), each summed over the
+nodes (the sums are linear, so a ring all-reduce carries them), warm-started Q, and each
+node's error feedback (M = its gradient + what its last approximation left out). This study
+measures how close that comes to DDP on the same shards and at what bytes: the bound for a
+synchronous mode, which the daemon does not have.
+
+Bytes are counted as the study's DDP is: each all-reduce moves 2 (n − 1) / n times its payload
+a node, so the ratio to DDP's bytes is the payload's size over the model's (``--value-bits 8``:
+each node's contribution and the sum rounded to int8 with one scale per column).
+
+    .venv/bin/python scripts/study_sync.py --rank 4 [--value-bits 8] [--partition classes:k=2] --jsonl run/s23/study.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import study_skew as sk  # the study's setup, schedule and evaluation
+import torch
+import torch.nn.functional as F
+
+from benchlib.results import append_jsonl
+
+torch.set_num_threads(1)
+
+
+def rounded(t: torch.Tensor, bits: int) -> torch.Tensor:
+    """``t`` as it would cross the wire: float32 (0), float16 (16) or int8 with one absmax
+    scale per column (8)."""
+    if bits == 0:
+        return t
+    if bits == 16:
+        return t.half().float()
+    levels = 2 ** (bits - 1) - 1
+    scale = t.abs().amax(0, keepdim=True).clamp_min(1e-12) / levels
+    return torch.round(t / scale) * scale
+
+
+def run(args: argparse.Namespace) -> dict:
+    su = sk.setup(args)
+    n, steps, warm = args.nodes, su.steps, 50
+    orders = [torch.randperm(len(y), generator=g) for y, g in zip(su.ys, su.gens)]
+    pos = [0] * n
+
+    def batch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if pos[i] + args.batch > len(orders[i]):
+            orders[i] = torch.randperm(len(su.ys[i]), generator=su.gens[i])
+            pos[i] = 0
+        idx = orders[i][pos[i]:pos[i] + args.batch]
+        pos[i] += args.batch
+        return su.xs[i][idx], su.ys[i][idx]
+
+    model = su.base  # one model: every node holds the same weights at every step
+    params = list(model.parameters())
+    opt = torch.optim.SGD(params, lr=args.lr, momentum=args.beta)
+    err = [[torch.zeros_like(p) for p in params] for _ in range(n)]  # each node's error feedback
+    qs: dict[int, torch.Tensor] = {}  # warm-started Q per matrix, the same on every node
+    gen = torch.Generator().manual_seed(args.seed)
+    sent, size = 0.0, sum(p.numel() for p in params)
+    t0 = time.time()
+    for s in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = sk.lr_at(s, steps, args.lr, warm)
+        grads = []
+        for i in range(n):
+            bx, by = batch(i)
+            gi = torch.autograd.grad(F.cross_entropy(model(bx), by), params)
+            grads.append([a + e for a, e in zip(gi, err[i])])
+        for k, p in enumerate(params):
+            rows, cols = p.shape[0], p[0].numel()
+            r = min(args.rank, rows, cols)
+            if p.dim() < 2 or (rows + cols) * r >= rows * cols:  # vectors and small matrices whole
+                p.grad = sum(g[k] for g in grads) / n
+                sent += p.numel() * (args.value_bits or 32) / 32
+                for i in range(n):
+                    err[i][k].zero_()
+                continue
+            ms = [g[k].reshape(rows, cols) for g in grads]
+            if k not in qs:
+                qs[k] = torch.randn(cols, r, generator=gen)
+            pm = rounded(sum(rounded(m @ qs[k], args.value_bits) for m in ms) / n, args.value_bits)
+            pm, _ = torch.linalg.qr(pm)
+            qm = rounded(sum(rounded(m.t() @ pm, args.value_bits) for m in ms) / n, args.value_bits)
+            qs[k] = qm
+            approx = pm @ qm.t()
+            sent += (rows + cols) * r * (args.value_bits or 32) / 32
+            for i in range(n):
+                err[i][k] = (ms[i] - approx).reshape(p.shape)
+            p.grad = approx.reshape(p.shape).clone()
+        if args.clip > 0:  # as the study's DDP anchor (--ddp-clip 5): the mean gradient clipped
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
+        opt.step()
+    acc = sk.evaluate(model, su.test.images, su.test.labels)
+    return {"algo": "powersgd", "accs": [acc] * n, "rank": args.rank, "value_bits": args.value_bits,
+            "bytes_of_ddp": sent / (size * steps), "secs": time.time() - t0, "args": vars(args)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sk.add_common_args(ap)
+    ap.add_argument("--rank", type=int, default=4, help="PowerSGD's rank")
+    ap.add_argument("--value-bits", type=int, default=0, choices=(0, 8, 16),
+                    help="the factors' values on the wire: float32 (0), float16 or int8")
+    args = ap.parse_args()
+    res = run(args)
+    print(json.dumps(res))
+    append_jsonl(args.jsonl, res)
+
+
+if __name__ == "__main__":
+    main()
