@@ -73,6 +73,10 @@ def lean(every: int, density: float, ring: bool = True, finish: float = 0.0) -> 
 #: p2pnode settings under test; every one is printed with the table
 VARIANTS: dict[str, list[str]] = {
     "defaults": [],
+    # synchronous PowerSGD every step (exchange.sync: no gossip beside it, every node applies
+    # the same mean gradient to the same seeded model), the nodes starting together
+    **{f"sync{r}": ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={r}",
+                    "--set", "training.min_peers=3"] for r in (4, 6, 7, 8)},
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],

@@ -193,6 +193,16 @@ class ExchangeConfig(Table):
     #: /v1/ps/gradient): "members" (a running member, from its own host; p2pnode/daemon/push.py)
     #: or "any" (every sender: tests and closed networks only)
     accept_pushes: Literal["members", "any"] = "members"
+    #: "powersgd": every step, average the nodes' gradients by a compressed all-reduce
+    #: (synchronous PowerSGD through the member with the lowest id, p2pnode/sync/), so no node
+    #: drifts towards its own data; gossip averaging goes on beside it as configured. Each
+    #: step waits for the other nodes, up to sync_timeout (a dead or late node is left out of
+    #: that step). "none": no all-reduce (the default). docs/ALGORITHMS.md, "Synchronous PowerSGD"
+    sync: Literal["none", "powersgd"] = "none"
+    #: rank of PowerSGD's approximation of each weight matrix's mean gradient
+    sync_rank: Positive = 8
+    #: seconds the reducer waits for the last contributions of a step after the first
+    sync_timeout: Seconds = 2.0
 
 
 class CompressionConfig(Table):

@@ -83,6 +83,8 @@ class Node:
         self.joined = False
         #: the parameter-server side of this node (node.role "ps" or "ps-worker"; p2pnode/ps/), else None
         self.ps: Any = None
+        #: the synchronous mode's all-reduce (exchange.sync; p2pnode/sync/), else None
+        self.sync: Any = None
 
     # --- pieces -----------------------------------------------------------------------------
 
@@ -146,6 +148,10 @@ class Node:
                       "model_served": self.api.bytes_served if self.api else 0,
                       "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},
         }
+        if self.sync is not None:
+            out["sync"] = self.sync.status()
+            out["bytes"]["sync_received"] = self.sync.totals["bytes_received"]
+            out["consensus"] = {"reached": self.supervisor.clock.done, "sync": self.cfg.exchange.sync}
         if self.ps is not None:  # no averaging in the parameter-server roles: done is the end
             out["ps"] = self.ps.status()
             out["consensus"] = {"reached": self.supervisor.clock.done, "role": self.cfg.node.role}
@@ -155,6 +161,10 @@ class Node:
         """The actor that brings models in: the exchange for a peer, push-and-pull for a
         ps-worker; a parameter server fetches nothing (its workers come to it)."""
         assert self.exchange is not None
+        if self.sync is not None:
+            # the all-reduce keeps every node's model the same: averaging with a peer's public
+            # copy (which only tracks the model on fetches) would pull ours back, not together
+            return asyncio.Event().wait  # type: ignore[return-value]
         if self.cfg.node.role == "peer":
             return self.exchange.run
         if self.cfg.node.role == "ps-worker":
@@ -286,6 +296,16 @@ class Node:
 
             self.ps = PsClient(self.cfg, sup.pipe, sup.clock, self.client, self.node_id)
             sup.on_message = self.ps.on_message
+        if self.cfg.exchange.sync != "none" and self.cfg.node.role == "peer":
+            from p2pnode.sync.actor import SyncActor
+
+            self.sync = SyncActor(self.cfg, sup.pipe, self.client, self.node_id, self.membership.alive_peers,
+                                  self.api.post_limit)
+            self.sync.add_routes(app)
+            sup.on_message = self.sync.on_message
+            # no gossip runs beside the all-reduce, so no start from a peer's model either: every
+            # node starts from the seeded model (training.seed) and takes the same steps
+            self.exchange.boot.settle("off")
         self.membership.add_routes(app)
         dashboard.install(app, self)  # GET /, /v1/history, /v1/cluster; its history sampler runs with the app
         # lingering_time: the unread rest of a refused body is drained for at most 1 s, not 10
@@ -324,6 +344,8 @@ class Node:
             log.error("%s", eg.exceptions[0])
             code = 1
         finally:
+            if self.sync is not None:
+                await self.sync.close()
             await self.supervisor.stop(checkpoint=False, timeout=1.0)
             await runner.cleanup()
             await self.client.close()

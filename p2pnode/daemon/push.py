@@ -42,7 +42,9 @@ NOT_MEMBER = "not-member"
 PUSH_PATH = "/v1/model"
 #: a parameter server's gradient endpoint (p2pnode/ps/server.py): the same check
 PS_GRADIENT_PATH = "/v1/ps/gradient"
-PUSH_PATHS = (PUSH_PATH, PS_GRADIENT_PATH)
+#: the synchronous mode's contributions to a reducer (p2pnode/sync/actor.py): the same check
+SYNC_PATH = "/v1/sync"
+PUSH_PATHS = (PUSH_PATH, PS_GRADIENT_PATH, SYNC_PATH)
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

@@ -40,6 +40,8 @@ from p2pnode.pipe_protocol import (
     decode,
     encode,
 )
+from p2pnode.sync.messages import SyncContribute, SyncResult
+from p2pnode.sync.powersgd import PowerSync
 from p2pnode.wire.codec import (
     ArchitectureMismatch,
     ModelSpec,
@@ -103,6 +105,10 @@ class Worker:
         self.published_step = self.trainer.step
         #: exchange.max_lead: no step at or beyond this one (-1: none), the daemon's Hold
         self.limit = -1
+        #: exchange.sync = "powersgd": the gradients' all-reduce (p2pnode/sync/)
+        self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed)
+                     if cfg.exchange.sync == "powersgd" else None)
+        self.sync_result: SyncResult | None = None
 
     def send(self, msg: Message) -> None:
         self.conn.send_bytes(encode(msg))
@@ -191,6 +197,8 @@ class Worker:
             self.waiting = False
         elif isinstance(msg, Hold):
             self.limit = msg.limit
+        elif isinstance(msg, SyncResult):
+            self.sync_result = msg
         elif isinstance(msg, PublishNow):
             if not self.trainer.done and self.trainer.step > self.published_step:
                 self.publish()
@@ -204,7 +212,7 @@ class Worker:
 
     def step(self) -> None:
         t, c = self.trainer, self.cfg
-        loss = t.train_step()
+        loss = t.train_step(self.all_reduce if self.sync is not None else None)
         if not math.isfinite(loss):
             self.recover()
         if c.compression.publish_on == "steps":
@@ -222,6 +230,49 @@ class Worker:
             self.evaluate(c.training.eval_samples)
         if t.done:
             self.evaluate(0)  # the final figure on the whole test set
+
+    def all_reduce(self) -> None:
+        """exchange.sync: the model's gradients become the network's mean gradient (PowerSGD's
+        two phases through the daemon). Whatever fails (no reducer in time, a late contribution,
+        a malformed mean) leaves our own gradient: a local step, never a wait beyond the bound."""
+        sync = self.sync
+        assert sync is not None
+        grads = {n: p.grad for n, p in self.trainer.model.named_parameters() if p.grad is not None}
+        try:
+            first = self.sync_phase(0, sync.q_round, sync.phase0(grads))
+            if first is None:
+                return
+            if not first.included:
+                if first.data and first.round >= 0:  # our Q fell behind: the current ones, for the next step
+                    sync.resync(first.data, first.round)
+                return
+            second = self.sync_phase(1, first.round, sync.phase1(first.data))
+            if second is None or not second.data:
+                return
+            mean = sync.finish(second.data, second.round, second.included)
+        except (KeyError, ValueError) as exc:
+            log.warning("all-reduce result refused (%s): a local step", exc)
+            return
+        with torch.no_grad():
+            for n, g in grads.items():
+                g.copy_(mean[n].view_as(g))
+
+    def sync_phase(self, phase: int, rnd: int, data: bytes) -> SyncResult | None:
+        """Send one phase's contribution and wait for its mean (handling what else comes)."""
+        x = self.cfg.exchange
+        self.sync_result = None
+        self.send(SyncContribute(phase=phase, round=rnd, data=data))
+        deadline = time.monotonic() + 2 * (x.sync_timeout + x.timeout) + 1.0
+        while self.running:
+            got = self.sync_result
+            if got is not None and got.phase == phase and (phase == 0 or got.round == rnd):
+                return got
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.conn.poll(left):
+                log.warning("no all-reduce result for phase %d in time: a local step", phase)
+                return None
+            self.handle(decode(self.conn.recv_bytes()))
+        return None
 
     def publish(self, full: bool = False) -> None:
         """x_hat += top-k of x - x_hat (every entry with ``full``), and the encoded delta to the

@@ -8,6 +8,7 @@ named metrics of an evaluation. The built-in models and data sets are a task lik
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,9 @@ class ShardTrainer:
         """The next shuffled batch of the shard, on the training device."""
         return loader.to_device(next(self._batches), self.device)
 
-    def train_step(self) -> float:
+    def train_step(self, reduce: Callable[[], None] | None = None) -> float:
+        """One local step; ``reduce`` (exchange.sync) replaces the gradients by the network's
+        mean before they are clipped and stepped along."""
         self.model.train()
         batch = self._next_batch()
         lr = self.lr_now()
@@ -121,6 +124,8 @@ class ShardTrainer:
         for name, param in self.model.named_parameters():
             if param.grad is not None:
                 param.grad.copy_(self.gradients.apply(name, param.grad))
+        if reduce is not None:
+            reduce()
         if self.cfg.training.grad_clip > 0:
             # a blown-up gradient on a skewed shard would otherwise carry the model (and, through
             # averaging, its peers) to non-finite values in a step or two

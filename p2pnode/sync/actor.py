@@ -1,0 +1,150 @@
+"""The daemon's side of the synchronous mode: it carries the worker's contributions to the
+reducer and the means back, and is the reducer when this node has the lowest id.
+
+Daemon side, torch-free. ``POST /v1/sync?phase=P&round=R&from=ID`` takes a contribution (float16
+bytes) from a running member (the push guard's check, ``daemon/push.py``), under the HTTP body
+limit, and answers, once the phase closes, with msgpack ``{"round", "count", "included",
+"data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
+``exchange.sync_timeout`` + ``exchange.timeout``: an unreachable reducer makes the worker take
+a local step with its own gradient, never wait longer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+from aiohttp import web
+
+from p2pnode.config import Config
+from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.daemon.push import SYNC_PATH
+from p2pnode.membership.base import Member
+from p2pnode.net.client import MSGPACK, PeerClient, PeerError
+from p2pnode.net.server import error
+from p2pnode.pipe_protocol import Message
+from p2pnode.sync.messages import SyncContribute, SyncResult
+from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused
+
+log = logging.getLogger("p2pnode.sync")
+
+
+class SyncActor:
+    def __init__(self, cfg: Config, pipe: WorkerPipe, client: PeerClient, node_id: str,
+                 peers: Callable[[], list[Member]], body_limit: Callable[[], int]) -> None:
+        self.cfg = cfg
+        self.pipe = pipe
+        self.client = client
+        self.node_id = node_id
+        self.peers = peers  #: the running peers (not us)
+        self.body_limit = body_limit
+        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
+                       "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0}
+        self.last_reducer = ""
+        self.last_count = 0
+
+    def _running(self) -> set[str]:
+        return {m.node_id for m in self.peers()} | {self.node_id}
+
+    def reducer_of(self) -> tuple[str, str]:
+        """(id, address) of the reducer we take: the lowest id among the running members."""
+        best = (self.node_id, "")
+        for m in self.peers():
+            if m.node_id < best[0]:
+                best = (m.node_id, m.addr)
+        return best
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post(SYNC_PATH, self.post)
+
+    async def on_message(self, msg: Message) -> None:
+        """The supervisor's hook for the worker's messages it does not route itself."""
+        if isinstance(msg, SyncContribute):
+            task = asyncio.create_task(self._carry(msg))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _carry(self, msg: SyncContribute) -> None:
+        outcome = await self._contribute(msg)
+        self.last_count = outcome.count
+        if msg.phase == 1:
+            self.totals["rounds"] += 1
+            self.totals["included" if outcome.included else "missed"] += 1
+        elif not outcome.included:
+            self.totals["missed"] += 1
+        try:
+            async with asyncio.timeout(self.cfg.exchange.timeout):
+                await self.pipe.send(SyncResult(phase=msg.phase, round=outcome.round, data=outcome.data,
+                                                count=outcome.count, included=outcome.included))
+        except (TimeoutError, ConnectionError):
+            pass  # the worker is gone; a new one starts over with the seeded Q
+
+    async def _contribute(self, msg: SyncContribute) -> Outcome:
+        rid, addr = self.reducer_of()
+        self.last_reducer = rid
+        wait = self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout
+        if rid == self.node_id:
+            try:
+                async with asyncio.timeout(wait):
+                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data)
+            except (TimeoutError, SyncRefused) as exc:
+                log.warning("our own contribution was not averaged: %s", exc or "timeout")
+                self.totals["failures"] += 1
+                return Outcome(msg.round, b"", 0, False)
+            self.totals["reduced_here"] += msg.phase
+            return out
+        path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}"
+        try:
+            resp = await self.client.request("POST", addr, path, msg.data, wait, MSGPACK)
+            self.totals["bytes_sent"] += len(msg.data)
+            if resp.status != 200:
+                raise PeerError(f"HTTP {resp.status} {resp.body[:200]!r}")
+            self.totals["bytes_received"] += len(resp.body)
+            body = msgpack.unpackb(resp.body, raw=False)
+            return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]))
+        except (PeerError, ValueError, KeyError, TypeError) as exc:
+            log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
+            self.totals["failures"] += 1
+            return Outcome(msg.round, b"", 0, False)
+
+    async def post(self, request: web.Request) -> web.StreamResponse:
+        limit = self.body_limit()
+        if request.content_length is not None and request.content_length > limit:
+            return error(413, f"body over {limit} bytes")
+        peer = request.query.get("from", "")
+        try:
+            phase, rnd = int(request.query.get("phase", "")), int(request.query.get("round", ""))
+        except ValueError:
+            return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
+        if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1) or not -1 <= rnd < 2**53:
+            return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return error(413, f"body over {limit} bytes")
+        try:
+            async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
+                out = await self.reducer.contribute(peer, phase, rnd, body)
+        except SyncRefused as exc:
+            self.totals["refused"] += 1
+            return error(400, f"contribution refused: {exc}")
+        except TimeoutError:
+            return error(503, "the phase did not close in time")
+        self.totals["bytes_received"] += len(body)
+        self.totals["bytes_sent"] += len(out.data)
+        return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
+                                                "data": out.data}, use_bin_type=True), content_type=MSGPACK)
+
+    def status(self) -> dict[str, Any]:
+        return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.last_reducer,
+                "last_count": self.last_count, "reducer_rounds": self.reducer.rounds, **self.totals}
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,35 @@
+"""Pipe messages of the synchronous mode, added to the pipe protocol's registry (importing
+this module is what lets ``pipe_protocol.decode`` read them; both processes import it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from p2pnode.pipe_protocol import Message
+
+
+@dataclass
+class SyncContribute(Message):
+    """worker -> daemon: this step's contribution to one phase of the all-reduce: phase 0 the
+    P factors (and the small tensors whole), phase 1 the Q factors of the round phase 0 named.
+    ``data`` is little-endian float16."""
+
+    kind: ClassVar[str] = "sync-contribute"
+    phase: int
+    round: int
+    data: bytes
+
+
+@dataclass
+class SyncResult(Message):
+    """daemon -> worker: the mean of a phase's contributions (float16), the round it closed and
+    how many nodes it averaged; ``included`` is False (and ``data`` may be empty) when ours was
+    not among them: the reducer was unreachable, or we came too late."""
+
+    kind: ClassVar[str] = "sync-result"
+    phase: int
+    round: int
+    data: bytes
+    count: int
+    included: bool

@@ -1,0 +1,138 @@
+"""The worker's side of synchronous PowerSGD: a step's gradient as two phases of factors,
+and the network's mean gradient rebuilt from the two means.
+
+Vogels, Karimireddy, Jaggi 2019 (*PowerSGD*), as PyTorch's DDP comm hook runs it: each weight
+matrix M (its gradient plus this node's error feedback, what earlier approximations left out)
+gives P = M Q; the nodes' P are averaged (phase 0), orthonormalised, and give Q' = Mᵀ P, averaged
+too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximation of the mean
+gradient, and keeps M − P Q'ᵀ as its error. Q' warm-starts the next step. Vectors (biases) and
+matrices too small to gain travel whole in phase 0. Every value crosses as float16.
+
+Every node must hold the same Q: they start from ``training.seed`` and each phase 1's mean
+replaces them; a node whose Q fell behind (it missed a round) is sent the current ones
+(``resync``) and takes a local step meanwhile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+#: the largest float16: larger values are clipped to it rather than sent as infinities
+F16_MAX = 65504.0
+
+
+@dataclass
+class _Layout:
+    name: str
+    shape: tuple[int, ...]
+    rows: int
+    cols: int
+    rank: int  #: 0: sent whole
+
+
+def to_wire(tensors: list[torch.Tensor]) -> bytes:
+    if not tensors:
+        return b""
+    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors]).clamp(-F16_MAX, F16_MAX)
+    return flat.numpy().astype("<f2").tobytes()
+
+
+def from_wire(data: bytes, size: int) -> torch.Tensor:
+    arr = np.frombuffer(data, dtype="<f2")
+    if arr.size != size:
+        raise ValueError(f"a mean of {arr.size} values where {size} were expected")
+    if not np.isfinite(arr).all():
+        raise ValueError("a mean with non-finite values")
+    return torch.from_numpy(arr.astype(np.float32))
+
+
+class PowerSync:
+    def __init__(self, named: list[tuple[str, torch.Tensor]], rank: int, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        self.layout: list[_Layout] = []
+        self.q: dict[str, torch.Tensor] = {}
+        self.err: dict[str, torch.Tensor] = {}
+        for name, p in named:
+            rows = p.shape[0] if p.dim() else 1
+            cols = p[0].numel() if p.dim() > 1 else 1
+            r = min(rank, rows, cols)
+            if p.dim() < 2 or (rows + cols) * r >= rows * cols:
+                r = 0
+            self.layout.append(_Layout(name, tuple(p.shape), rows, cols, r))
+            if r:
+                self.q[name] = torch.randn(cols, r, generator=gen)
+                self.err[name] = torch.zeros(rows, cols)
+        #: the round whose phase 1 gave our Q (-1: the seeded ones)
+        self.q_round = -1
+        self._m: dict[str, torch.Tensor] = {}
+        self._p: dict[str, torch.Tensor] = {}
+        self._dense: dict[str, torch.Tensor] = {}
+
+    def _size(self, phase: int) -> int:
+        if phase == 0:
+            return sum(x.rows * x.rank if x.rank else x.rows * x.cols for x in self.layout)
+        return sum(x.cols * x.rank for x in self.layout if x.rank)
+
+    def phase0(self, grads: dict[str, torch.Tensor]) -> bytes:
+        """Our P factors (and the small tensors whole) for this step's gradients."""
+        out = []
+        self._m = {}
+        for x in self.layout:
+            g = grads[x.name].detach().float().reshape(x.rows, x.cols)
+            if x.rank:
+                m = g + self.err[x.name]
+                self._m[x.name] = m
+                out.append(m @ self.q[x.name])
+            else:
+                out.append(g)
+        return to_wire(out)
+
+    def phase1(self, mean0: bytes) -> bytes:
+        """Our Q factors against the network's mean P (orthonormalised)."""
+        flat = from_wire(mean0, self._size(0))
+        out, at = [], 0
+        self._p, self._dense = {}, {}
+        for x in self.layout:
+            n = x.rows * (x.rank or x.cols)
+            part = flat[at:at + n]
+            at += n
+            if x.rank:
+                p, _ = torch.linalg.qr(part.reshape(x.rows, x.rank))
+                self._p[x.name] = p
+                out.append(self._m[x.name].t() @ p)
+            else:
+                self._dense[x.name] = part.reshape(x.shape)
+        return to_wire(out) if out else b"\0\0"
+
+    def finish(self, mean1: bytes, rnd: int, included: bool) -> dict[str, torch.Tensor]:
+        """The network's mean gradient, rank-r, for every tensor; our error feedback and Q move on."""
+        flat = from_wire(mean1, self._size(1)) if self._size(1) else torch.zeros(0)
+        grads, at = dict(self._dense), 0
+        for x in self.layout:
+            if not x.rank:
+                continue
+            n = x.cols * x.rank
+            q = flat[at:at + n].reshape(x.cols, x.rank)
+            at += n
+            approx = self._p[x.name] @ q.t()
+            # in the mean or not, the whole of M is owed until a mean carried our share of it
+            self.err[x.name] = self._m[x.name] - approx if included else self._m[x.name]
+            self.q[x.name] = q.clone()
+            grads[x.name] = approx.reshape(x.shape)
+        self.q_round = rnd
+        return grads
+
+    def resync(self, mean1: bytes, rnd: int) -> None:
+        """The current Q from the reducer (ours were older): the next step uses these."""
+        flat = from_wire(mean1, self._size(1))
+        at = 0
+        for x in self.layout:
+            if x.rank:
+                n = x.cols * x.rank
+                self.q[x.name] = flat[at:at + n].reshape(x.cols, x.rank).clone()
+                at += n
+        self.q_round = rnd

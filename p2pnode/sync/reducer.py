@@ -1,0 +1,158 @@
+"""The reducer of the synchronous mode: it averages one phase of a step's contributions.
+
+Daemon side, torch-free (numpy). Whichever node the others take for the reducer (the lowest
+node id among the running members, ``sync/actor.py``) collects each phase's contributions,
+waits until every node it expects has sent one or ``exchange.sync_timeout`` has passed since the
+first, and answers every contributor with the same mean, in float16. Who it expects: the
+members of the last round it closed that are still running (the first round: every running
+member). A node that misses a round (dead, slow or restarted) is left out of that round and
+expected again once it contributes: a dead node costs one timeout, never a hang.
+
+PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
+(the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
+last phase 1 closed (``round`` names it): a node whose Q is older (it missed a round, or
+restarted) is answered with the current Q instead, to compute its next step with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: closed phases kept, to answer a late contributor with the mean it missed
+KEEP = 8
+#: contributors one phase takes at most (the rest are refused)
+MAX_MEMBERS = 1024
+
+
+class SyncRefused(ValueError):
+    """A contribution that cannot be averaged (bad length, non-finite, malformed)."""
+
+
+@dataclass
+class Outcome:
+    """What a contributor is answered: the phase's mean (float16 bytes), the round, how many
+    nodes it averaged, and whether ours was one of them."""
+
+    round: int
+    data: bytes
+    count: int
+    included: bool
+
+
+@dataclass
+class _Bucket:
+    round: int
+    expected: set[str]
+    parts: dict[str, np.ndarray] = field(default_factory=dict)
+    done: asyncio.Future[tuple[bytes, frozenset[str]]] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+    timer: asyncio.TimerHandle | None = None
+
+
+def parse(data: bytes, length: int | None = None) -> np.ndarray:
+    """float16 little-endian bytes as float32; SyncRefused unless finite (and ``length`` long)."""
+    if len(data) == 0 or len(data) % 2:
+        raise SyncRefused(f"a contribution is float16: an even, non-zero number of bytes, not {len(data)}")
+    arr = np.frombuffer(data, dtype="<f2").astype(np.float32)
+    if length is not None and arr.size != length:
+        raise SyncRefused(f"{arr.size} values where this round's other contributions have {length}")
+    if not np.isfinite(arr).all():
+        raise SyncRefused("non-finite values")
+    return arr
+
+
+class Reducer:
+    def __init__(self, wait: float, running: Callable[[], set[str]]) -> None:
+        self.wait = wait
+        self.running = running  #: ids of the running members, ours included
+        self.next_round = 0
+        self.q_round: int | None = None  #: the round of the last phase 1 closed (None: none yet)
+        self.members: set[str] = set()  #: the last round's phase-0 members
+        self.open0: _Bucket | None = None
+        self.open1: dict[int, _Bucket] = {}
+        self.closed: OrderedDict[tuple[int, int], tuple[bytes, frozenset[str]]] = OrderedDict()
+        self.rounds = 0
+        self.last_count = 0
+
+    async def contribute(self, node: str, phase: int, rnd: int, data: bytes) -> Outcome:
+        if phase == 0:
+            return await self._phase0(node, rnd, data)
+        if phase == 1:
+            return await self._phase1(node, rnd, data)
+        raise SyncRefused(f"phase is 0 or 1, not {phase}")
+
+    async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
+        if self.q_round is None and self.open0 is None:
+            # a reducer with no history (the first, or one taking over): the Q factors are the
+            # ones this contributor holds; the next round follows on from them
+            self.q_round = q_round
+            self.next_round = max(self.next_round, q_round + 1)
+        current = self.q_round
+        assert current is not None
+        if q_round != current:  # computed with other Q factors: give it the current ones
+            last = self.closed.get((current, 1))
+            return Outcome(current if last else -1, last[0] if last else b"", 0, False)
+        if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
+            return Outcome(self.next_round - 1, b"", 0, False)
+        bucket = self.open0
+        if bucket is None:
+            running = self.running()
+            expected = (self.members & running) or running
+            bucket = self.open0 = _Bucket(self.next_round, expected)
+        return await self._add(bucket, node, data, phase=0)
+
+    async def _phase1(self, node: str, rnd: int, data: bytes) -> Outcome:
+        if (rnd, 1) in self.closed:
+            mean, members = self.closed[(rnd, 1)]
+            return Outcome(rnd, mean, len(members), node in members)
+        first = self.closed.get((rnd, 0))
+        if first is None or node not in first[1]:
+            return Outcome(rnd, b"", 0, False)
+        bucket = self.open1.get(rnd)
+        if bucket is None:
+            bucket = self.open1[rnd] = _Bucket(rnd, set(first[1]))
+        return await self._add(bucket, node, data, phase=1)
+
+    async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
+        length = next(iter(bucket.parts.values())).size if bucket.parts else None
+        arr = parse(data, length)
+        if node not in bucket.parts and len(bucket.parts) >= MAX_MEMBERS:
+            raise SyncRefused(f"a round takes at most {MAX_MEMBERS} nodes")
+        bucket.parts[node] = arr
+        if bucket.expected <= bucket.parts.keys():
+            self._close(bucket, phase)
+        elif bucket.timer is None:
+            bucket.timer = asyncio.get_running_loop().call_later(self.wait, self._close, bucket, phase)
+        mean, members = await asyncio.shield(bucket.done)
+        return Outcome(bucket.round, mean, len(members), node in members)
+
+    def _close(self, bucket: _Bucket, phase: int) -> None:
+        if bucket.done.done():
+            return
+        if bucket.timer is not None:
+            bucket.timer.cancel()
+        names = sorted(bucket.parts)  # one order on every reducer: the same sum to the bit
+        total = np.zeros_like(bucket.parts[names[0]])
+        for name in names:
+            total += bucket.parts[name]
+        mean = (total / len(names)).astype("<f2").tobytes()
+        members = frozenset(names)
+        self.closed[(bucket.round, phase)] = (mean, members)
+        while len(self.closed) > KEEP:
+            self.closed.popitem(last=False)
+        if phase == 0:
+            self.open0 = None
+            self.members = set(members)
+            self.next_round = bucket.round + 1
+            self.last_count = len(members)
+        else:
+            self.open1.pop(bucket.round, None)
+            self.q_round = bucket.round
+            self.rounds += 1
+        bucket.parts.clear()
+        bucket.done.set_result((mean, members))
