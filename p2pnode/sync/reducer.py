@@ -6,7 +6,8 @@ waits until every node it expects has sent one or ``exchange.sync_timeout`` has 
 first, and answers every contributor with the same mean, in float16. Who it expects: the
 members of the last round it closed that are still running (the first round: every running
 member). A node that misses a round (dead, slow or restarted) is left out of that round and
-expected again once it contributes: a dead node costs one timeout, never a hang.
+expected again from the round after it next tries (turned away as late or with old Q factors,
+it is waited for from then on): a dead node costs one timeout, never a hang.
 
 PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
 (the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
@@ -95,9 +96,11 @@ class Reducer:
         current = self.q_round
         assert current is not None
         if q_round != current:  # computed with other Q factors: give it the current ones
+            self.members.add(node)  # and wait for it from the next round on
             last = self.closed.get((current, 1))
             return Outcome(current if last else -1, last[0] if last else b"", 0, False)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
+            self.members.add(node)
             return Outcome(self.next_round - 1, b"", 0, False)
         bucket = self.open0
         if bucket is None:

@@ -1,0 +1,110 @@
+"""The synchronous mode's reducer (p2pnode/sync/reducer.py): one mean for every contributor,
+a dead node costs one timeout and is then not waited for, the two phases stay linked, a node
+with old Q factors is sent the current ones, and a contribution that cannot be averaged is
+refused without changing the round."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from p2pnode.sync.reducer import Reducer, SyncRefused, parse
+
+
+def f16(*values: float) -> bytes:
+    return np.asarray(values, dtype="<f2").tobytes()
+
+
+def values(data: bytes) -> list[float]:
+    return np.frombuffer(data, dtype="<f2").astype(float).tolist()
+
+
+def reducer(running: set[str], wait: float = 0.2) -> Reducer:
+    return Reducer(wait, lambda: set(running))
+
+
+async def both_phases(r: Reducer, nodes: dict[str, tuple[bytes, bytes]], q_round: int = -1):
+    first = await asyncio.gather(*(r.contribute(n, 0, q_round, p) for n, (p, _) in nodes.items()))
+    second = await asyncio.gather(*(r.contribute(n, 1, o.round, q) for (n, (_, q)), o in zip(nodes.items(), first)
+                                    if o.included))
+    return first, second
+
+
+def test_every_contributor_gets_the_same_mean() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b", "c"})
+        first, second = await both_phases(r, {"a": (f16(1, 2), f16(3)), "b": (f16(3, 4), f16(5)),
+                                              "c": (f16(5, 6), f16(7))})
+        assert {o.data for o in first} == {f16(3, 4)} and all(o.included and o.count == 3 for o in first)
+        assert {o.data for o in second} == {f16(5)} and {o.round for o in second} == {first[0].round}
+        assert r.rounds == 1 and r.q_round == first[0].round
+    asyncio.run(go())
+
+
+def test_a_dead_node_costs_one_timeout_then_is_not_waited_for() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b", "c"}, wait=0.3)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
+        assert loop.time() - t0 >= 0.29  # c was expected: the phase waited for it
+        assert all(o.count == 2 and o.included for o in first) and values(first[0].data) == [2.0]
+        t1 = loop.time()
+        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, first[0].round)
+        assert loop.time() - t1 < 0.25  # the next round expects only a and b
+        # c comes back: too late for a round that closes once a and b are in, but waited for
+        # from the next round on, and in
+        rnd = first[0].round
+        trio = {"a": (f16(1), f16(1)), "b": (f16(3), f16(1)), "c": (f16(5), f16(1))}
+        first, _ = await both_phases(r, trio, rnd)
+        assert [o.included for o in first] == [True, True, False] and first[0].count == 2
+        first, _ = await both_phases(r, trio, first[0].round)
+        assert all(o.count == 3 and o.included for o in first) and values(first[0].data) == [3.0]
+    asyncio.run(go())
+
+
+def test_old_q_factors_get_the_current_ones_and_phase_one_only_from_phase_zero() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b"})
+        first, second = await both_phases(r, {"a": (f16(1), f16(8)), "b": (f16(3), f16(10))})
+        rnd = first[0].round
+        # c still holds the seeded Q factors (round -1): not averaged, sent round rnd's Q mean
+        late = await r.contribute("c", 0, -1, f16(100))
+        assert not late.included and late.round == rnd and values(late.data) == [9.0]
+        # a phase 1 for a round c was not in: refused, nothing averaged
+        out = await r.contribute("c", 1, rnd, f16(100))
+        assert not out.included and values(out.data) == [9.0]  # the closed phase's mean
+    asyncio.run(go())
+
+
+def test_a_contribution_after_its_round_closed_waits_for_the_next() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b"})
+        first = await asyncio.gather(r.contribute("a", 0, -1, f16(1)), r.contribute("b", 0, -1, f16(3)))
+        # phase 1 of that round is open: a third node's phase 0 with the same Q is too late
+        late = await r.contribute("c", 0, -1, f16(5))
+        assert not late.included and late.data == b""
+        await asyncio.gather(r.contribute("a", 1, first[0].round, f16(1)), r.contribute("b", 1, first[0].round, f16(1)))
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x00", f16(float("nan")), f16(float("inf"), 1)])
+def test_bad_contributions_are_refused(bad: bytes) -> None:
+    with pytest.raises(SyncRefused):
+        parse(bad)
+
+
+def test_a_refused_contribution_changes_nothing() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b"})
+        a = asyncio.create_task(r.contribute("a", 0, -1, f16(1, 1)))
+        await asyncio.sleep(0)
+        with pytest.raises(SyncRefused):
+            await r.contribute("b", 0, -1, f16(1, 2, 3))  # another length than the round's
+        with pytest.raises(SyncRefused):
+            await r.contribute("b", 2, -1, f16(1, 2))
+        b = await r.contribute("b", 0, -1, f16(3, 3))
+        assert values(b.data) == [2.0, 2.0] and b.count == 2 and (await a).count == 2
+    asyncio.run(go())

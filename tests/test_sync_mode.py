@@ -1,0 +1,69 @@
+"""The synchronous mode (``exchange.sync = "powersgd"``, p2pnode/sync/) on real daemons.
+
+Three nodes with the torch worker on a small synthetic task average every step's gradient
+through the reducer: every round has all three, none is missed, and the three models end equal
+to the bit (the same seeded start, the same mean gradient every step, no gossip). The endpoint
+takes contributions only from members, refuses malformed ones with 400, and a phase closes
+after ``sync_timeout`` without the nodes it waited for in vain."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+import torch
+from daemon_util import http_request
+from nodes import STUB, wait_for
+
+SYNC = ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=0.3"]
+
+
+def f16(*values: float) -> bytes:
+    return np.asarray(values, dtype="<f2").tobytes()
+
+
+def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) -> None:
+    a = cluster("a", extra=[*STUB, *SYNC])
+    a.wait_ready()
+    status, _, _ = http_request(a.addr, "POST", "/v1/sync?phase=0&round=-1&from=stranger", f16(1, 2))
+    assert status == 403  # not a member: refused from the headers, as a model push
+    b = cluster("b", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any"])
+    b.wait_ready()
+    for query, body in [("phase=0&from=x", f16(1)), ("phase=2&round=0&from=x", f16(1)),
+                        ("phase=0&round=zero&from=x", f16(1)), ("phase=0&round=-1&from=x", b"\x00"),
+                        ("phase=0&round=-1&from=x", f16(float("nan"), 1))]:
+        status, _, _ = http_request(b.addr, "POST", f"/v1/sync?{query}", body)
+        assert status == 400, query
+    assert b.status()["sync"]["refused"] == 2  # the two bodies; the queries never reached the reducer
+    # a well-formed contribution: b waits for itself (its worker, a stub, sends none) for
+    # sync_timeout, then answers with the mean of what came: this one alone
+    status, _, body = http_request(b.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", f16(1, 2))
+    assert status == 200
+    out = msgpack.unpackb(body, raw=False)
+    assert out["included"] and out["count"] == 1 and out["data"] == f16(1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_three_nodes_take_the_same_steps(cluster) -> None:
+    run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=5", "--set", "training.min_peers=2",
+           "--set", "training.max_samples=1280", "--set", "training.eval_every=0"]
+    a = cluster("a", extra=[*run, "--shard", "0/3"])
+    a.wait_ready(90)
+    nodes = [a, *(cluster(f"n{i}", seeds=[a.addr], extra=[*run, "--shard", f"{i}/3"]) for i in (1, 2))]
+    for n in nodes[1:]:
+        n.wait_ready(90)
+    wait_for(lambda: all(n.status()["training"]["done"] for n in nodes), 150, "every node done")
+    steps = a.status()["training"]["step"]
+    for n in nodes:
+        s = n.status()
+        sync = s["sync"]
+        assert sync["rounds"] == steps and sync["included"] == steps, sync
+        assert sync["missed"] == sync["failures"] == 0 and sync["last_count"] == 3, sync
+        assert s["bytes"]["sync_received"] > 0 and s["exchanges"]["done"] == 0  # no gossip beside it
+    assert sum(n.status()["sync"]["reduced_here"] for n in nodes) == steps  # one reducer took them all
+    for n in nodes:
+        n.stop()
+    models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]
+    for other in models[1:]:
+        assert all(torch.equal(models[0][k], other[k]) for k in models[0])
