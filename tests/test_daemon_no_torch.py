@@ -22,7 +22,7 @@ cfg.compression.publish = "ldte-bs:density=0.05"
 cfg.training.model = "resnet18"
 cfg.training.data = "synthetic"
 validate(cfg)
-import p2pnode.cli, p2pnode.daemon.node, p2pnode.compression
+import p2pnode.cli, p2pnode.daemon.node, p2pnode.compression, p2pnode.sync.actor
 from p2pnode.compression import CompressionConfigError
 print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
 """

@@ -67,3 +67,13 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
     models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]
     for other in models[1:]:
         assert all(torch.equal(models[0][k], other[k]) for k in models[0])
+
+
+@pytest.mark.parametrize("extra", [["--set", "node.role=ps"], ["--set", "training.outer=nesterov"]])
+def test_sync_is_refused_where_it_cannot_run(extra: list[str]) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "p2pnode", "start", *SYNC, *extra], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 2 and "exchange.sync" in out.stderr, out.stderr

@@ -74,6 +74,10 @@ def _check_training(cfg: Config) -> None:
 
 def _check_exchange(cfg: Config) -> None:
     x = cfg.exchange
+    if x.sync != "none" and cfg.node.role != "peer":
+        raise ConfigError(f"exchange.sync: {x.sync} is for peers, not node.role = {cfg.node.role!r}")
+    if x.sync != "none" and cfg.training.outer != "none":
+        raise ConfigError("exchange.sync: an all-reduce every step leaves no rounds for training.outer")
     if cfg.training.outer == "nesterov" and x.robust == "clip":
         # measured: after a round of local steps honest models are far apart, and the clipper
         # refused 26-28 of 28 rounds per node as outliers: DiLoCo without the averaging
@@ -83,10 +87,6 @@ def _check_exchange(cfg: Config) -> None:
         raise ConfigError("training.outer: nesterov needs compression.publish_on = \"steps\" (DiLoCo publishes "
                           "once a round, compression.publish_every = exchange.every; the default publishes "
                           "when fetched)")
-    if x.sync != "none" and cfg.node.role != "peer":
-        raise ConfigError(f"exchange.sync: {x.sync} is for peers, not node.role = {cfg.node.role!r}")
-    if x.sync != "none" and cfg.training.outer != "none":
-        raise ConfigError("exchange.sync: an all-reduce every step leaves no rounds for training.outer")
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
 
