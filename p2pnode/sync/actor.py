@@ -6,13 +6,16 @@ bytes) from a running member (the push guard's check, ``daemon/push.py``), under
 limit, and answers, once the phase closes, with msgpack ``{"round", "count", "included",
 "data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
 ``exchange.sync_timeout`` + ``exchange.timeout``: an unreachable reducer makes the worker take
-a local step with its own gradient, never wait longer.
+a local step with its own gradient, never wait longer. A node told its Q factors are old has
+missed rounds (it restarted, or joined late): it takes the reducer's model whole (``GET
+/v1/model``, adopted as a fresh node adopts a peer's), so it steps on with the others.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,11 +28,14 @@ from p2pnode.daemon.push import SYNC_PATH
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
-from p2pnode.pipe_protocol import Message
+from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.sync.messages import SyncContribute, SyncResult
 from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused
 
 log = logging.getLogger("p2pnode.sync")
+
+#: seconds between two catch-ups (a whole model each) of a node that keeps missing rounds
+CATCH_UP_EVERY = 10.0
 
 
 class SyncActor:
@@ -44,7 +50,8 @@ class SyncActor:
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
-                       "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0}
+                       "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0}
+        self._caught_up_at = -CATCH_UP_EVERY
         self.last_reducer = ""
         self.last_count = 0
 
@@ -77,12 +84,43 @@ class SyncActor:
             self.totals["included" if outcome.included else "missed"] += 1
         elif not outcome.included:
             self.totals["missed"] += 1
+            if outcome.data and self.last_reducer != self.node_id:
+                self._catch_up(self.last_reducer)
         try:
             async with asyncio.timeout(self.cfg.exchange.timeout):
                 await self.pipe.send(SyncResult(phase=msg.phase, round=outcome.round, data=outcome.data,
                                                 count=outcome.count, included=outcome.included))
         except (TimeoutError, ConnectionError):
             pass  # the worker is gone; a new one starts over with the seeded Q
+
+    def _catch_up(self, rid: str) -> None:
+        """Our Q factors were old: we missed rounds (restarted, or joined late), and our model
+        lacks their steps. Take the reducer's model whole, once in CATCH_UP_EVERY seconds."""
+        now = time.monotonic()
+        if now - self._caught_up_at < CATCH_UP_EVERY:
+            return
+        self._caught_up_at = now
+        task = asyncio.create_task(self._adopt(rid))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _adopt(self, rid: str) -> None:
+        addr = next((m.addr for m in self.peers() if m.node_id == rid), "")
+        if not addr:
+            return
+        timeout = self.cfg.exchange.timeout
+        try:
+            resp = await self.client.request("GET", addr, f"/v1/model?from={self.node_id}", b"", timeout)
+            if resp.status != 200:
+                raise PeerError(f"HTTP {resp.status}")
+            applied = await self.pipe.deliver(rid, resp.body, ADOPT, timeout)
+        except (PeerError, TimeoutError, ConnectionError, OSError) as exc:
+            log.warning("catching up with %s's model failed: %s", rid, exc)
+            return
+        if applied.ok:
+            self.totals["caught_up"] += 1
+            log.info("caught up: took %s's model (we had missed its rounds)", rid)
+        self.totals["bytes_received"] += len(resp.body)
 
     async def _contribute(self, msg: SyncContribute) -> Outcome:
         rid, addr = self.reducer_of()

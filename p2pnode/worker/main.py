@@ -201,7 +201,8 @@ class Worker:
             self.sync_result = msg
         elif isinstance(msg, PublishNow):
             if not self.trainer.done and self.trainer.step > self.published_step:
-                self.publish()
+                # exchange.sync: fetched only by a node catching up, which adopts it: the model whole
+                self.publish(full=self.sync is not None)
         elif isinstance(msg, Stop):
             if msg.checkpoint:
                 self.save_checkpoint(msg.token)
