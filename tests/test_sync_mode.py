@@ -2,7 +2,8 @@
 
 Three nodes with the torch worker on a small synthetic task average every step's gradient
 through the reducer: every round has all three, none is missed, and the three models end equal
-to the bit (the same seeded start, the same mean gradient every step, no gossip). The endpoint
+to the bit (the same seeded start, the same mean gradient every step, no gossip, and the
+models' mean after the last step). The endpoint
 takes contributions only from members, refuses malformed ones with 400, and a phase closes
 after ``sync_timeout`` without the nodes it waited for in vain."""
 
@@ -29,7 +30,7 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert status == 403  # not a member: refused from the headers, as a model push
     b = cluster("b", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any"])
     b.wait_ready()
-    for query, body in [("phase=0&from=x", f16(1)), ("phase=2&round=0&from=x", f16(1)),
+    for query, body in [("phase=0&from=x", f16(1)), ("phase=3&round=0&from=x", f16(1)),
                         ("phase=0&round=zero&from=x", f16(1)), ("phase=0&round=-1&from=x", b"\x00"),
                         ("phase=0&round=-1&from=x", f16(float("nan"), 1))]:
         status, _, _ = http_request(b.addr, "POST", f"/v1/sync?{query}", body)
@@ -60,6 +61,7 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
         sync = s["sync"]
         assert sync["rounds"] == steps and sync["included"] == steps, sync
         assert sync["missed"] == sync["failures"] == 0 and sync["last_count"] == 3, sync
+        assert sync["final_count"] == 3  # and after the last step, the models' mean of all three
         assert s["bytes"]["sync_received"] > 0 and s["exchanges"]["done"] == 0  # no gossip beside it
     assert sum(n.status()["sync"]["reduced_here"] for n in nodes) == steps  # one reducer took them all
     for n in nodes:

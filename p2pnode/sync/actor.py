@@ -1,7 +1,8 @@
 """The daemon's side of the synchronous mode: it carries the worker's contributions to the
 reducer and the means back, and is the reducer when this node has the lowest id.
 
-Daemon side, torch-free. ``POST /v1/sync?phase=P&round=R&from=ID`` takes a contribution (float16
+Daemon side, torch-free. ``POST /v1/sync?phase=P&round=R&from=ID`` (phase 0 or 1 of a step,
+2 the models after training) takes a contribution (float16
 bytes) from a running member (the push guard's check, ``daemon/push.py``), under the HTTP body
 limit, and answers, once the phase closes, with msgpack ``{"round", "count", "included",
 "data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
@@ -29,7 +30,7 @@ from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import ADOPT, Message
-from p2pnode.sync.messages import SyncContribute, SyncResult
+from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
 from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused
 
 log = logging.getLogger("p2pnode.sync")
@@ -50,7 +51,8 @@ class SyncActor:
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
-                       "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0}
+                       "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
+                       "final_count": 0}
         self._caught_up_at = -CATCH_UP_EVERY
         self.last_reducer = ""
         self.last_count = 0
@@ -79,10 +81,12 @@ class SyncActor:
     async def _carry(self, msg: SyncContribute) -> None:
         outcome = await self._contribute(msg)
         self.last_count = outcome.count
-        if msg.phase == 1:
+        if msg.phase == FINAL:
+            self.totals["final_count"] = outcome.count
+        elif msg.phase == 1:
             self.totals["rounds"] += 1
             self.totals["included" if outcome.included else "missed"] += 1
-        elif not outcome.included:
+        elif msg.phase == 0 and not outcome.included:
             self.totals["missed"] += 1
             if outcome.data and self.last_reducer != self.node_id:
                 self._catch_up(self.last_reducer)
@@ -134,7 +138,7 @@ class SyncActor:
                 log.warning("our own contribution was not averaged: %s", exc or "timeout")
                 self.totals["failures"] += 1
                 return Outcome(msg.round, b"", 0, False)
-            self.totals["reduced_here"] += msg.phase
+            self.totals["reduced_here"] += msg.phase == 1
             return out
         path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}"
         try:
@@ -159,7 +163,7 @@ class SyncActor:
             phase, rnd = int(request.query.get("phase", "")), int(request.query.get("round", ""))
         except ValueError:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
-        if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1) or not -1 <= rnd < 2**53:
+        if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1, FINAL) or not -2 <= rnd < 2**53:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
         try:
             body = await request.read()

@@ -8,6 +8,10 @@ from typing import ClassVar
 
 from p2pnode.pipe_protocol import Message
 
+#: the phase of the models' mean after training (phases 0 and 1 are PowerSGD's), and its round
+FINAL = 2
+FINAL_ROUND = -2
+
 
 @dataclass
 class SyncContribute(Message):

@@ -9,6 +9,8 @@ member). A node that misses a round (dead, slow or restarted) is left out of tha
 expected again from the round after it next tries (turned away as late or with old Q factors,
 it is waited for from then on): a dead node costs one timeout, never a hang.
 
+After training, each node sends its whole model (phase 2) and all end with the mean of them.
+
 PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
 (the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
 last phase 1 closed (``round`` names it): a node whose Q is older (it missed a round, or
@@ -24,10 +26,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from p2pnode.sync.messages import FINAL, FINAL_ROUND
+
 #: closed phases kept, to answer a late contributor with the mean it missed
 KEEP = 8
 #: contributors one phase takes at most (the rest are refused)
 MAX_MEMBERS = 1024
+
 
 
 class SyncRefused(ValueError):
@@ -76,6 +81,8 @@ class Reducer:
         self.members: set[str] = set()  #: the last round's phase-0 members
         self.open0: _Bucket | None = None
         self.open1: dict[int, _Bucket] = {}
+        self.final: _Bucket | None = None
+        self.final_result: tuple[bytes, frozenset[str]] | None = None
         self.closed: OrderedDict[tuple[int, int], tuple[bytes, frozenset[str]]] = OrderedDict()
         self.rounds = 0
         self.last_count = 0
@@ -85,7 +92,21 @@ class Reducer:
             return await self._phase0(node, rnd, data)
         if phase == 1:
             return await self._phase1(node, rnd, data)
-        raise SyncRefused(f"phase is 0 or 1, not {phase}")
+        if phase == FINAL:
+            return await self._final(node, data)
+        raise SyncRefused(f"phase is 0, 1 or {FINAL}, not {phase}")
+
+    async def _final(self, node: str, data: bytes) -> Outcome:
+        """The models at the end of training, averaged once: whatever a node missed on the way
+        (a restart, a late round) is evened out, and every node ends with the same model. A
+        node that comes after it closed is given it all the same."""
+        if self.final_result is not None:
+            mean, members = self.final_result
+            return Outcome(FINAL_ROUND, mean, len(members), node in members)
+        if self.final is None:
+            running = self.running()
+            self.final = _Bucket(FINAL_ROUND, (self.members & running) or running)
+        return await self._add(self.final, node, data, phase=FINAL)
 
     async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
         if self.q_round is None and self.open0 is None:
@@ -145,15 +166,18 @@ class Reducer:
             total += bucket.parts[name]
         mean = (total / len(names)).astype("<f2").tobytes()
         members = frozenset(names)
-        self.closed[(bucket.round, phase)] = (mean, members)
-        while len(self.closed) > KEEP:
-            self.closed.popitem(last=False)
+        if phase == FINAL:
+            self.final_result = (mean, members)
+        else:
+            self.closed[(bucket.round, phase)] = (mean, members)
+            while len(self.closed) > KEEP:
+                self.closed.popitem(last=False)
         if phase == 0:
             self.open0 = None
             self.members = set(members)
             self.next_round = bucket.round + 1
             self.last_count = len(members)
-        else:
+        elif phase == 1:
             self.open1.pop(bucket.round, None)
             self.q_round = bucket.round
             self.rounds += 1

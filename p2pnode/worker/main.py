@@ -40,8 +40,8 @@ from p2pnode.pipe_protocol import (
     decode,
     encode,
 )
-from p2pnode.sync.messages import SyncContribute, SyncResult
-from p2pnode.sync.powersgd import PowerSync
+from p2pnode.sync.messages import FINAL, FINAL_ROUND, SyncContribute, SyncResult
+from p2pnode.sync.powersgd import PowerSync, from_wire, to_wire
 from p2pnode.wire.codec import (
     ArchitectureMismatch,
     ModelSpec,
@@ -174,6 +174,12 @@ class Worker:
                   msg.peer, replica.step, self.trainer.step, msg.nth, weight, distance)
         if msg.mode == ADOPT:  # momentum of a few steps on a model we just replaced means nothing
             self.trainer.optimizer.state.clear()
+            t = self.trainer
+            if self.sync is not None and replica.step > t.step:
+                # the synchronous mode's catch-up: the model has taken the group's steps, and so
+                # have we (as a worker rejoining DDP starts at the group's step, not at 0)
+                t.samples += (replica.step - t.step) * self.cfg.training.batch_size
+                t.step = replica.step
             if self.outer is not None:
                 self.outer.restart(self.trainer.model)
             # the whole adopted model published before the answer: the daemon serves it from then on
@@ -230,6 +236,8 @@ class Worker:
         if every and t.step % every == 0:
             self.evaluate(c.training.eval_samples)
         if t.done:
+            if self.sync is not None:
+                self.final_mean()
             self.evaluate(0)  # the final figure on the whole test set
 
     def all_reduce(self) -> None:
@@ -257,6 +265,25 @@ class Worker:
         with torch.no_grad():
             for n, g in grads.items():
                 g.copy_(mean[n].view_as(g))
+
+    def final_mean(self) -> None:
+        """exchange.sync, after the last step: our model becomes the mean of every node's (what
+        a node missed on the way, a restart or a late round, is evened out, and all end alike)."""
+        state = floating_state(self.trainer.model)
+        result = self.sync_phase(FINAL, FINAL_ROUND, to_wire(list(state.values())))
+        if result is None or not result.data:
+            return
+        try:
+            flat = from_wire(result.data, sum(v.numel() for v in state.values()))
+        except ValueError as exc:
+            log.warning("the models' mean refused (%s): we keep ours", exc)
+            return
+        with torch.no_grad():
+            at = 0
+            for tensor in state.values():
+                tensor.copy_(flat[at:at + tensor.numel()].view_as(tensor))
+                at += tensor.numel()
+        self.publish(full=True)
 
     def sync_phase(self, phase: int, rnd: int, data: bytes) -> SyncResult | None:
         """Send one phase's contribution and wait for its mean (handling what else comes)."""

@@ -104,7 +104,17 @@ def test_a_refused_contribution_changes_nothing() -> None:
         with pytest.raises(SyncRefused):
             await r.contribute("b", 0, -1, f16(1, 2, 3))  # another length than the round's
         with pytest.raises(SyncRefused):
-            await r.contribute("b", 2, -1, f16(1, 2))
+            await r.contribute("b", 3, -1, f16(1, 2))
         b = await r.contribute("b", 0, -1, f16(3, 3))
         assert values(b.data) == [2.0, 2.0] and b.count == 2 and (await a).count == 2
+    asyncio.run(go())
+
+
+def test_the_models_mean_after_training_reaches_latecomers_too() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b", "c"}, wait=0.2)
+        first = await asyncio.gather(r.contribute("a", 2, -2, f16(1, 3)), r.contribute("b", 2, -2, f16(3, 5)))
+        assert all(o.count == 2 and o.included for o in first) and values(first[0].data) == [2.0, 4.0]
+        late = await r.contribute("c", 2, -2, f16(9, 9))  # after it closed: given the mean, not in it
+        assert not late.included and values(late.data) == [2.0, 4.0]
     asyncio.run(go())
