@@ -88,8 +88,8 @@ class SyncActor:
             self.totals["included" if outcome.included else "missed"] += 1
         elif msg.phase == 0 and not outcome.included:
             self.totals["missed"] += 1
-            if outcome.data and self.last_reducer != self.node_id:
-                self._catch_up(self.last_reducer)
+            if outcome.behind:
+                self._catch_up()
         try:
             async with asyncio.timeout(self.cfg.exchange.timeout):
                 await self.pipe.send(SyncResult(phase=msg.phase, round=outcome.round, data=outcome.data,
@@ -97,14 +97,18 @@ class SyncActor:
         except (TimeoutError, ConnectionError):
             pass  # the worker is gone; a new one starts over with the seeded Q
 
-    def _catch_up(self, rid: str) -> None:
+    def _catch_up(self) -> None:
         """Our Q factors were old: we missed rounds (restarted, or joined late), and our model
-        lacks their steps. Take the reducer's model whole, once in CATCH_UP_EVERY seconds."""
+        lacks their steps. Take a model that has them whole (the reducer's, or when we are the
+        reducer the next member's), once in CATCH_UP_EVERY seconds."""
         now = time.monotonic()
         if now - self._caught_up_at < CATCH_UP_EVERY:
             return
         self._caught_up_at = now
-        task = asyncio.create_task(self._adopt(rid))
+        others = sorted(m.node_id for m in self.peers())
+        if not others:
+            return
+        task = asyncio.create_task(self._adopt(others[0]))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -148,7 +152,8 @@ class SyncActor:
                 raise PeerError(f"HTTP {resp.status} {resp.body[:200]!r}")
             self.totals["bytes_received"] += len(resp.body)
             body = msgpack.unpackb(resp.body, raw=False)
-            return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]))
+            return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]),
+                           bool(body.get("behind", False)))
         except (PeerError, ValueError, KeyError, TypeError) as exc:
             log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
             self.totals["failures"] += 1
@@ -180,7 +185,8 @@ class SyncActor:
         self.totals["bytes_received"] += len(body)
         self.totals["bytes_sent"] += len(out.data)
         return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
-                                                "data": out.data}, use_bin_type=True), content_type=MSGPACK)
+                                                "behind": out.behind, "data": out.data}, use_bin_type=True),
+                            content_type=MSGPACK)
 
     def status(self) -> dict[str, Any]:
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.last_reducer,

@@ -48,6 +48,8 @@ class Outcome:
     data: bytes
     count: int
     included: bool
+    #: our Q factors were older than the reducer's: we missed rounds, and our model their steps
+    behind: bool = False
 
 
 @dataclass
@@ -109,17 +111,19 @@ class Reducer:
         return await self._add(self.final, node, data, phase=FINAL)
 
     async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
-        if self.q_round is None and self.open0 is None:
-            # a reducer with no history (the first, or one taking over): the Q factors are the
-            # ones this contributor holds; the next round follows on from them
+        if self.q_round is None or (q_round > self.q_round and not self.open1):
+            # a reducer with no history (the first, or one taking over), or one behind a
+            # contributor (it restarted): the newest Q factors held are the current ones, and
+            # the next round follows on from them. Parts made with older ones are dropped.
+            if self.open0 is not None and self.q_round is not None and q_round > self.q_round:
+                self._drop(self.open0)
             self.q_round = q_round
             self.next_round = max(self.next_round, q_round + 1)
         current = self.q_round
-        assert current is not None
-        if q_round != current:  # computed with other Q factors: give it the current ones
+        if q_round != current:  # computed with older Q factors: give it the current ones
             self.members.add(node)  # and wait for it from the next round on
             last = self.closed.get((current, 1))
-            return Outcome(current if last else -1, last[0] if last else b"", 0, False)
+            return Outcome(current if last else -1, last[0] if last else b"", 0, False, behind=True)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
             self.members.add(node)
             return Outcome(self.next_round - 1, b"", 0, False)
@@ -129,6 +133,15 @@ class Reducer:
             expected = (self.members & running) or running
             bucket = self.open0 = _Bucket(self.next_round, expected)
         return await self._add(bucket, node, data, phase=0)
+
+    def _drop(self, bucket: _Bucket) -> None:
+        """Answer a bucket's contributors that none of them is in (they take a local step)."""
+        if bucket.timer is not None:
+            bucket.timer.cancel()
+        bucket.parts.clear()
+        if not bucket.done.done():
+            bucket.done.set_result((b"", frozenset()))
+        self.open0 = None
 
     async def _phase1(self, node: str, rnd: int, data: bytes) -> Outcome:
         if (rnd, 1) in self.closed:

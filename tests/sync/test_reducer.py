@@ -118,3 +118,18 @@ def test_the_models_mean_after_training_reaches_latecomers_too() -> None:
         late = await r.contribute("c", 2, -2, f16(9, 9))  # after it closed: given the mean, not in it
         assert not late.included and values(late.data) == [2.0, 4.0]
     asyncio.run(go())
+
+
+def test_a_restarted_reducer_follows_the_newest_q_factors() -> None:
+    async def go() -> None:
+        r = reducer({"r", "a", "b"}, wait=0.3)
+        fresh = asyncio.create_task(r.contribute("r", 0, -1, f16(1)))  # its own worker, restarted: seeded Q
+        await asyncio.sleep(0)
+        first = await asyncio.gather(r.contribute("a", 0, 5, f16(2)), r.contribute("b", 0, 5, f16(4)))
+        assert all(o.included and o.count == 2 and o.round == 6 for o in first) and values(first[0].data) == [3.0]
+        dropped = await fresh
+        assert not dropped.included and dropped.data == b""
+        await asyncio.gather(r.contribute("a", 1, 6, f16(1)), r.contribute("b", 1, 6, f16(3)))
+        behind = await r.contribute("r", 0, -1, f16(1))  # still the seeded Q: told so, with the current ones
+        assert behind.behind and not behind.included and behind.round == 6 and values(behind.data) == [2.0]
+    asyncio.run(go())
