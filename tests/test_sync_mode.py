@@ -79,3 +79,30 @@ def test_sync_is_refused_where_it_cannot_run(extra: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "p2pnode", "start", *SYNC, *extra], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 2 and "exchange.sync" in out.stderr, out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_others_go_on_when_the_reducer_dies(cluster) -> None:
+    run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "training.min_peers=2", "--set", "training.max_samples=6400",
+           "--set", "training.eval_every=0"]
+    a = cluster("a", extra=[*run, "--shard", "0/3"])
+    a.wait_ready(90)
+    nodes = [a, *(cluster(f"n{i}", seeds=[a.addr], extra=[*run, "--shard", f"{i}/3"]) for i in (1, 2))]
+    ids = [n.wait_ready(90)["node_id"] if n is not a else a.status()["node_id"] for n in nodes]
+    reducer = nodes[ids.index(min(ids))]
+    wait_for(lambda: all(n.status()["sync"]["rounds"] >= 10 for n in nodes), 120, "10 rounds each")
+    reducer.proc.kill()  # SIGKILL: no goodbye
+    reducer.proc.wait(10)
+    survivors = [n for n in nodes if n is not reducer]
+    wait_for(lambda: all(n.status()["training"]["done"] for n in survivors), 150, "the survivors done")
+    for n in survivors:
+        sync = n.status()["sync"]
+        assert sync["last_count"] == 2 and sync["final_count"] == 2, sync
+        # the dead reducer is passed over at the first failure: a step or two, not a step per
+        # second until membership calls it dead
+        assert sync["failures"] <= 4 and sync["included"] >= sync["rounds"] - 4, sync
+    for n in survivors:
+        n.stop()
+    models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in survivors]
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])  # the final mean, the same

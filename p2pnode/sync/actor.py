@@ -35,6 +35,8 @@ from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused
 
 log = logging.getLogger("p2pnode.sync")
 
+#: seconds a reducer we could not reach is passed over (membership says it is dead soon after)
+UNREACHABLE_FOR = 5.0
 #: seconds between two catch-ups (a whole model each) of a node that keeps missing rounds
 CATCH_UP_EVERY = 10.0
 
@@ -54,6 +56,7 @@ class SyncActor:
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
                        "final_count": 0}
         self._caught_up_at = -CATCH_UP_EVERY
+        self.unreachable: dict[str, float] = {}
         self.last_reducer = ""
         self.last_count = 0
 
@@ -61,10 +64,13 @@ class SyncActor:
         return {m.node_id for m in self.peers()} | {self.node_id}
 
     def reducer_of(self) -> tuple[str, str]:
-        """(id, address) of the reducer we take: the lowest id among the running members."""
+        """(id, address) of the reducer we take: the lowest id among the running members, but
+        not one we could not reach in the last UNREACHABLE_FOR seconds (every node finds a dead
+        reducer so at once, and all take the same next one before membership says it is dead)."""
+        now = time.monotonic()
         best = (self.node_id, "")
         for m in self.peers():
-            if m.node_id < best[0]:
+            if m.node_id < best[0] and self.unreachable.get(m.node_id, 0.0) <= now:
                 best = (m.node_id, m.addr)
         return best
 
@@ -131,6 +137,12 @@ class SyncActor:
         self.totals["bytes_received"] += len(resp.body)
 
     async def _contribute(self, msg: SyncContribute) -> Outcome:
+        out = await self._contribute_once(msg)
+        if out is None:  # the reducer was unreachable: once more, through the next one
+            out = await self._contribute_once(msg)
+        return out if out is not None else Outcome(msg.round, b"", 0, False)
+
+    async def _contribute_once(self, msg: SyncContribute) -> Outcome | None:
         rid, addr = self.reducer_of()
         self.last_reducer = rid
         wait = self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout
@@ -147,14 +159,20 @@ class SyncActor:
         path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}"
         try:
             resp = await self.client.request("POST", addr, path, msg.data, wait, MSGPACK)
-            self.totals["bytes_sent"] += len(msg.data)
+        except PeerError as exc:  # not reached at all (refused, reset, no answer in time)
+            self.totals["failures"] += 1
+            self.unreachable[rid] = time.monotonic() + UNREACHABLE_FOR
+            log.warning("all-reduce through %s failed (%s): trying the next reducer", rid, exc)
+            return None
+        self.totals["bytes_sent"] += len(msg.data)
+        try:
             if resp.status != 200:
-                raise PeerError(f"HTTP {resp.status} {resp.body[:200]!r}")
+                raise ValueError(f"HTTP {resp.status} {resp.body[:200]!r}")
             self.totals["bytes_received"] += len(resp.body)
             body = msgpack.unpackb(resp.body, raw=False)
             return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]),
                            bool(body.get("behind", False)))
-        except (PeerError, ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
             self.totals["failures"] += 1
             return Outcome(msg.round, b"", 0, False)
