@@ -27,7 +27,7 @@ from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pace import parse_step
 from p2pnode.daemon.pipe import WorkerPipe
-from p2pnode.daemon.push import PushPolicy
+from p2pnode.daemon.push import SYNC_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
@@ -121,7 +121,7 @@ class HttpApi:
 
     def body_limit(self, request: web.Request) -> int:
         """The largest body the endpoint of ``request`` takes (the guard reads no more)."""
-        if request.path in PAYLOAD_PATHS:
+        if request.path in PAYLOAD_PATHS or request.path == SYNC_PATH:  # a sync body is a model at most
             return self.post_limit()
         if request.path.startswith("/v1/membership/"):
             return MEMBERSHIP_BODY.get(request.path.removeprefix("/v1/membership/"), SWIM_MESSAGE_BODY)

@@ -34,15 +34,17 @@ class _Layout:
     rank: int  #: 0: sent whole
 
 
-def to_wire(tensors: list[torch.Tensor]) -> bytes:
+def to_wire(tensors: list[torch.Tensor], dtype: str = "<f2") -> bytes:
     if not tensors:
         return b""
-    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors]).clamp(-F16_MAX, F16_MAX)
-    return flat.numpy().astype("<f2").tobytes()
+    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
+    if dtype == "<f2":
+        flat = flat.clamp(-F16_MAX, F16_MAX)
+    return flat.numpy().astype(dtype).tobytes()
 
 
-def from_wire(data: bytes, size: int) -> torch.Tensor:
-    arr = np.frombuffer(data, dtype="<f2")
+def from_wire(data: bytes, size: int, dtype: str = "<f2") -> torch.Tensor:
+    arr = np.frombuffer(data, dtype=dtype)
     if arr.size != size:
         raise ValueError(f"a mean of {arr.size} values where {size} were expected")
     if not np.isfinite(arr).all():

@@ -9,7 +9,8 @@ member). A node that misses a round (dead, slow or restarted) is left out of tha
 expected again from the round after it next tries (turned away as late or with old Q factors,
 it is waited for from then on): a dead node costs one timeout, never a hang.
 
-After training, each node sends its whole model (phase 2) and all end with the mean of them.
+After training, each node sends its whole model (phase 2, float32) and all end with the mean of
+them.
 
 PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
 (the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
@@ -62,11 +63,18 @@ class _Bucket:
     timer: asyncio.TimerHandle | None = None
 
 
-def parse(data: bytes, length: int | None = None) -> np.ndarray:
-    """float16 little-endian bytes as float32; SyncRefused unless finite (and ``length`` long)."""
-    if len(data) == 0 or len(data) % 2:
-        raise SyncRefused(f"a contribution is float16: an even, non-zero number of bytes, not {len(data)}")
-    arr = np.frombuffer(data, dtype="<f2").astype(np.float32)
+def wire_dtype(phase: int) -> str:
+    """float16 for PowerSGD's factors; float32 for the models after training (the final model
+    is not rounded)."""
+    return "<f4" if phase == FINAL else "<f2"
+
+
+def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndarray:
+    """Little-endian ``dtype`` bytes as float32; SyncRefused unless finite (and ``length`` long)."""
+    size = np.dtype(dtype).itemsize
+    if len(data) == 0 or len(data) % size:
+        raise SyncRefused(f"a contribution is {dtype[1:]}: a non-zero multiple of {size} bytes, not {len(data)}")
+    arr = np.frombuffer(data, dtype=dtype).astype(np.float32)
     if length is not None and arr.size != length:
         raise SyncRefused(f"{arr.size} values where this round's other contributions have {length}")
     if not np.isfinite(arr).all():
@@ -157,7 +165,7 @@ class Reducer:
 
     async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
         length = next(iter(bucket.parts.values())).size if bucket.parts else None
-        arr = parse(data, length)
+        arr = parse(data, length, wire_dtype(phase))
         if node not in bucket.parts and len(bucket.parts) >= MAX_MEMBERS:
             raise SyncRefused(f"a round takes at most {MAX_MEMBERS} nodes")
         bucket.parts[node] = arr
@@ -177,7 +185,7 @@ class Reducer:
         total = np.zeros_like(bucket.parts[names[0]])
         for name in names:
             total += bucket.parts[name]
-        mean = (total / len(names)).astype("<f2").tobytes()
+        mean = (total / len(names)).astype(wire_dtype(phase)).tobytes()
         members = frozenset(names)
         if phase == FINAL:
             self.final_result = (mean, members)

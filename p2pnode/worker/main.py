@@ -270,11 +270,11 @@ class Worker:
         """exchange.sync, after the last step: our model becomes the mean of every node's (what
         a node missed on the way, a restart or a late round, is evened out, and all end alike)."""
         state = floating_state(self.trainer.model)
-        result = self.sync_phase(FINAL, FINAL_ROUND, to_wire(list(state.values())))
+        result = self.sync_phase(FINAL, FINAL_ROUND, to_wire(list(state.values()), "<f4"))
         if result is None or not result.data:
             return
         try:
-            flat = from_wire(result.data, sum(v.numel() for v in state.values()))
+            flat = from_wire(result.data, sum(v.numel() for v in state.values()), "<f4")
         except ValueError as exc:
             log.warning("the models' mean refused (%s): we keep ours", exc)
             return

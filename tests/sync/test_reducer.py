@@ -113,10 +113,11 @@ def test_a_refused_contribution_changes_nothing() -> None:
 def test_the_models_mean_after_training_reaches_latecomers_too() -> None:
     async def go() -> None:
         r = reducer({"a", "b", "c"}, wait=0.2)
-        first = await asyncio.gather(r.contribute("a", 2, -2, f16(1, 3)), r.contribute("b", 2, -2, f16(3, 5)))
-        assert all(o.count == 2 and o.included for o in first) and values(first[0].data) == [2.0, 4.0]
-        late = await r.contribute("c", 2, -2, f16(9, 9))  # after it closed: given the mean, not in it
-        assert not late.included and values(late.data) == [2.0, 4.0]
+        f32 = lambda *v: np.asarray(v, dtype="<f4").tobytes()  # noqa: E731 - the models go whole, float32
+        first = await asyncio.gather(r.contribute("a", 2, -2, f32(1, 3.1)), r.contribute("b", 2, -2, f32(3, 5)))
+        assert all(o.count == 2 and o.included for o in first) and first[0].data == f32(2, 4.05)
+        late = await r.contribute("c", 2, -2, f32(9, 9))  # after it closed: given the mean, not in it
+        assert not late.included and late.data == f32(2, 4.05)
     asyncio.run(go())
 
 
