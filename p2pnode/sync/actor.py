@@ -37,6 +37,8 @@ log = logging.getLogger("p2pnode.sync")
 
 #: seconds a reducer we could not reach is passed over (membership says it is dead soon after)
 UNREACHABLE_FOR = 5.0
+#: seconds after a catch-up before the second one (momentum built again from the same means)
+CATCH_UP_AGAIN = 3.0
 #: seconds between two catch-ups (a whole model each) of a node that keeps missing rounds
 CATCH_UP_EVERY = 10.0
 
@@ -118,7 +120,7 @@ class SyncActor:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _adopt(self, rid: str) -> None:
+    async def _adopt(self, rid: str, again: bool = True) -> None:
         addr = next((m.addr for m in self.peers() if m.node_id == rid), "")
         if not addr:
             return
@@ -134,6 +136,12 @@ class SyncActor:
         if applied.ok:
             self.totals["caught_up"] += 1
             log.info("caught up: took %s's model (we had missed its rounds)", rid)
+            if again:
+                # our momentum started from nothing and our model lags the others' by the steps
+                # it took to build it: once it is built from the same means as theirs, take
+                # their model again
+                await asyncio.sleep(CATCH_UP_AGAIN)
+                await self._adopt(rid, again=False)
         self.totals["bytes_received"] += len(resp.body)
 
     async def _contribute(self, msg: SyncContribute) -> Outcome:

@@ -172,9 +172,12 @@ class Worker:
         average_into(self.trainer.model, replica.tensors, weight)
         log.debug("averaged %s's copy of its step %d at our step %d (round's payload %d, weight %.4f, distance %.4f)",
                   msg.peer, replica.step, self.trainer.step, msg.nth, weight, distance)
-        if msg.mode == ADOPT:  # momentum of a few steps on a model we just replaced means nothing
-            self.trainer.optimizer.state.clear()
+        if msg.mode == ADOPT:
             t = self.trainer
+            if self.sync is None:  # momentum of a few steps on a model we just replaced means nothing
+                t.optimizer.state.clear()
+            # (exchange.sync: a fresh worker has none yet, and by a second catch-up its momentum
+            # is built from the same mean gradients as the others': kept)
             if self.sync is not None and replica.step > t.step:
                 # the synchronous mode's catch-up: the model has taken the group's steps, and so
                 # have we (as a worker rejoining DDP starts at the group's step, not at 0)
