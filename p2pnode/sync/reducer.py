@@ -119,17 +119,19 @@ class Reducer:
         return await self._add(self.final, node, data, phase=FINAL)
 
     async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
-        if self.q_round is None or (q_round > self.q_round and not self.open1):
-            # a reducer with no history (the first, or one taking over), or one behind a
-            # contributor (it restarted): the newest Q factors held are the current ones, and
-            # the next round follows on from them. Parts made with older ones are dropped.
+        if self.q_round is None or (q_round > self.q_round and self.rounds == 0 and not self.open1):
+            # a reducer that has closed no round yet (the first, one taking over, or one that
+            # restarted): the newest Q factors held are the current ones, and the next round
+            # follows on from them; parts made with older ones are dropped. One with rounds of
+            # its own never jumps ahead for a contributor's claim.
             if self.open0 is not None and self.q_round is not None and q_round > self.q_round:
                 self._drop(self.open0)
             self.q_round = q_round
             self.next_round = max(self.next_round, q_round + 1)
         current = self.q_round
-        if q_round != current:  # computed with older Q factors: give it the current ones
-            self.members.add(node)  # and wait for it from the next round on
+        if q_round != current:  # computed with other Q factors: give it the current ones
+            if q_round < current:  # behind (not a claim from ahead): wait for it from the next round on
+                self.members.add(node)
             last = self.closed.get((current, 1))
             return Outcome(current if last else -1, last[0] if last else b"", 0, False, behind=True)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us

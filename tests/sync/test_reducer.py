@@ -134,3 +134,15 @@ def test_a_restarted_reducer_follows_the_newest_q_factors() -> None:
         behind = await r.contribute("r", 0, -1, f16(1))  # still the seeded Q: told so, with the current ones
         assert behind.behind and not behind.included and behind.round == 6 and values(behind.data) == [2.0]
     asyncio.run(go())
+
+
+def test_a_reducer_with_rounds_of_its_own_ignores_a_claim_of_newer_q() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b"})
+        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
+        rnd = first[0].round
+        claim = await r.contribute("m", 0, 10**9, f16(7))  # a member claiming Q factors from far ahead
+        assert not claim.included and claim.behind and r.q_round == rnd
+        again, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, rnd)
+        assert all(o.included for o in again)  # the others go on as before
+    asyncio.run(go())
