@@ -126,8 +126,13 @@ def render_status(s: dict[str, Any]) -> str:
         f"exchanges done {ex['done']}  skipped {ex['skipped']}  not modified {ex['not_modified']}  "
         f"rejected {ex['rejected']}",
         f"bytes     model received {b['model_received']}  model served {b['model_served']}",
-        "members:",
     ]
+    if "sync" in s:  # exchange.sync: the all-reduce instead of the exchanges above
+        y = s["sync"]
+        lines.append(f"sync      {y['mode']} rank {y['rank']}  reducer {y['reducer']}  rounds {y['rounds']}  "
+                     f"included {y['included']}  missed {y['missed']}  failures {y['failures']}  "
+                     f"last count {y['last_count']}  received {b.get('sync_received', 0)}")
+    lines.append("members:")
     peers = s.get("peers", {})
     for mb in s["members"]:
         p = peers.get(mb["node_id"], {})

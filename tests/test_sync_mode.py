@@ -9,6 +9,9 @@ after ``sync_timeout`` without the nodes it waited for in vain."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import msgpack
 import numpy as np
 import pytest
@@ -42,6 +45,9 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert status == 200
     out = msgpack.unpackb(body, raw=False)
     assert out["included"] and out["count"] == 1 and out["data"] == f16(1, 2)
+    shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", b.addr], capture_output=True, text=True,
+                           timeout=60, check=True).stdout
+    assert "sync      powersgd rank 8" in shown and "failures 0" in shown, shown
 
 
 @pytest.mark.slow
@@ -73,9 +79,6 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
 
 @pytest.mark.parametrize("extra", [["--set", "node.role=ps"], ["--set", "training.outer=nesterov"]])
 def test_sync_is_refused_where_it_cannot_run(extra: list[str]) -> None:
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-m", "p2pnode", "start", *SYNC, *extra], capture_output=True, text=True,
                          timeout=60, check=False)
     assert out.returncode == 2 and "exchange.sync" in out.stderr, out.stderr
