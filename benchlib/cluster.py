@@ -290,10 +290,9 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     rows = []
     for i, acc in zip(live, accs):
         s = last.get(i, {})
-        t, ex = s.get("training", {}), s.get("exchanges", {})
+        t, ex, b = s.get("training", {}), s.get("exchanges", {}), s.get("bytes", {})
         rows.append(NodeResult(node=i, accuracy=acc, train_seconds=t.get("train_seconds"), samples=t.get("samples"),
-                               received=s.get("bytes", {}).get("model_received", 0) + s.get("bytes", {}).get("sync_received", 0),
-                               exchanges=ex.get("done", 0),
+                               received=b.get("model_received", 0) + b.get("sync_received", 0), exchanges=ex.get("done", 0),
                                skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0),
                                outliers=ex.get("outliers", 0)))
     return TrainResult(name, rows, killed is not None or restarted, wall)

@@ -195,9 +195,9 @@ class ExchangeConfig(Table):
     accept_pushes: Literal["members", "any"] = "members"
     #: "powersgd": every step, average the nodes' gradients by a compressed all-reduce
     #: (synchronous PowerSGD through the member with the lowest id, p2pnode/sync/), so no node
-    #: drifts towards its own data; gossip averaging goes on beside it as configured. Each
-    #: step waits for the other nodes, up to sync_timeout (a dead or late node is left out of
-    #: that step). "none": no all-reduce (the default). docs/ALGORITHMS.md, "Synchronous PowerSGD"
+    #: drifts towards its own data; no gossip runs beside it. Each step waits for the other
+    #: nodes, up to sync_timeout (a dead or late node is left out of that step). "none": no
+    #: all-reduce, gossip as configured (the default). docs/ALGORITHMS.md, "Synchronous PowerSGD"
     sync: Literal["none", "powersgd"] = "none"
     #: rank of PowerSGD's approximation of each weight matrix's mean gradient
     sync_rank: Positive = 8

@@ -108,6 +108,7 @@ class PowerSync:
                 out.append(self._m[x.name].t() @ p)
             else:
                 self._dense[x.name] = part.reshape(x.shape)
+        # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
         return to_wire(out) if out else b"\0\0"
 
     def finish(self, mean1: bytes, rnd: int, included: bool) -> dict[str, torch.Tensor]:

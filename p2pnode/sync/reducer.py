@@ -95,7 +95,6 @@ class Reducer:
         self.final_result: tuple[bytes, frozenset[str]] | None = None
         self.closed: OrderedDict[tuple[int, int], tuple[bytes, frozenset[str]]] = OrderedDict()
         self.rounds = 0
-        self.last_count = 0
 
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes) -> Outcome:
         if phase == 0:
@@ -199,7 +198,6 @@ class Reducer:
             self.open0 = None
             self.members = set(members)
             self.next_round = bucket.round + 1
-            self.last_count = len(members)
         elif phase == 1:
             self.open1.pop(bucket.round, None)
             self.q_round = bucket.round

@@ -176,11 +176,10 @@ class Worker:
             t = self.trainer
             if self.sync is None:  # momentum of a few steps on a model we just replaced means nothing
                 t.optimizer.state.clear()
-            # (exchange.sync: a fresh worker has none yet, and by a second catch-up its momentum
-            # is built from the same mean gradients as the others': kept)
-            if self.sync is not None and replica.step > t.step:
-                # the synchronous mode's catch-up: the model has taken the group's steps, and so
-                # have we (as a worker rejoining DDP starts at the group's step, not at 0)
+            elif replica.step > t.step:
+                # the synchronous mode's catch-up (momentum kept: a fresh worker has none yet, and
+                # by the second catch-up it is built from the same means as the others'): the
+                # model has taken the group's steps, and so have we, as a worker rejoining DDP
                 t.samples += (replica.step - t.step) * self.cfg.training.batch_size
                 t.step = replica.step
             if self.outer is not None:
