@@ -74,9 +74,9 @@ def test_server_applies_pushes_and_survives_a_killed_worker(cluster) -> None:
     assert workers[1].proc is not None
     workers[1].proc.wait(10)
     before = pushes()
-    applied = server.status()["ps"]["applied"]
-    wait_for(lambda: server.status()["ps"]["applied"] >= applied + 15, 90, "pushes applied after the kill")
+    # the survivor's pushes go on being applied (the dead worker's last push may still be in
+    # the server's queue: the server's count alone would not say whose)
+    wait_for(lambda: pushes()[ids[0]] >= before[ids[0]] + 15, 90, "the survivor's pushes applied after the kill")
     after = pushes()
-    assert after[ids[0]] >= before[ids[0]] + 15  # the survivor's pushes went on being applied
     assert after.get(ids[1], 0) <= before.get(ids[1], 0) + 1  # at most one in flight at the kill
     assert server.status()["training"]["worker_alive"]

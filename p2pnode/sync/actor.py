@@ -52,7 +52,7 @@ class SyncActor:
         self.node_id = node_id
         self.peers = peers  #: the running peers (not us)
         self.body_limit = body_limit
-        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running)
+        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,

@@ -10,7 +10,9 @@ expected again from the round after it next tries (turned away as late or with o
 it is waited for from then on): a dead node costs one timeout, never a hang.
 
 After training, each node sends its whole model (phase 2, float32) and all end with the mean of
-them.
+them. A node done training is no longer waited for in the others' steps, and the mean waits for
+a node a step or a few behind while it still steps (up to ``exchange.timeout`` in all), so a
+step count one off at the end costs neither a lonely last step nor a node left out of the mean.
 
 PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
 (the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
@@ -61,6 +63,7 @@ class _Bucket:
     done: asyncio.Future[tuple[bytes, frozenset[str]]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
+    opened: float | None = None  #: loop time of the first timer armed
 
 
 def wire_dtype(phase: int) -> str:
@@ -83,8 +86,9 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
 
 
 class Reducer:
-    def __init__(self, wait: float, running: Callable[[], set[str]]) -> None:
+    def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0) -> None:
         self.wait = wait
+        self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
         self.next_round = 0
         self.q_round: int | None = None  #: the round of the last phase 1 closed (None: none yet)
@@ -97,6 +101,12 @@ class Reducer:
         self.rounds = 0
 
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes) -> Outcome:
+        final = self.final
+        if (final is not None and phase != FINAL and node in final.expected and node not in final.parts
+                and not final.done.done()):
+            # a node still training (its step count behind the others' by a step or a few): the
+            # models' mean waits for it while it makes progress, not a fixed time from the first
+            self._arm(final, FINAL, restart=True)
         if phase == 0:
             return await self._phase0(node, rnd, data)
         if phase == 1:
@@ -115,7 +125,18 @@ class Reducer:
         if self.final is None:
             running = self.running()
             self.final = _Bucket(FINAL_ROUND, (self.members & running) or running)
+        # a node done training is not waited for in the steps of those still training
+        for bucket in [b for b in (self.open0, *self.open1.values()) if b is not None]:
+            bucket.expected.discard(node)
+            if bucket.parts and bucket.expected <= bucket.parts.keys():
+                self._close(bucket, 0 if bucket is self.open0 else 1)
         return await self._add(self.final, node, data, phase=FINAL)
+
+    def _done(self) -> set[str]:
+        """The nodes that have sent their model after training (no longer step with the rest)."""
+        if self.final_result is not None:
+            return set(self.final_result[1])
+        return set(self.final.parts) if self.final is not None else set()
 
     async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
         if self.q_round is None or (q_round > self.q_round and self.rounds == 0 and not self.open1):
@@ -139,8 +160,8 @@ class Reducer:
         bucket = self.open0
         if bucket is None:
             running = self.running()
-            expected = (self.members & running) or running
-            bucket = self.open0 = _Bucket(self.next_round, expected)
+            expected = ((self.members & running) or running) - self._done()
+            bucket = self.open0 = _Bucket(self.next_round, expected or {node})
         return await self._add(bucket, node, data, phase=0)
 
     def _drop(self, bucket: _Bucket) -> None:
@@ -161,7 +182,7 @@ class Reducer:
             return Outcome(rnd, b"", 0, False)
         bucket = self.open1.get(rnd)
         if bucket is None:
-            bucket = self.open1[rnd] = _Bucket(rnd, set(first[1]))
+            bucket = self.open1[rnd] = _Bucket(rnd, (set(first[1]) - self._done()) or {node})
         return await self._add(bucket, node, data, phase=1)
 
     async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
@@ -173,9 +194,25 @@ class Reducer:
         if bucket.expected <= bucket.parts.keys():
             self._close(bucket, phase)
         elif bucket.timer is None:
-            bucket.timer = asyncio.get_running_loop().call_later(self.wait, self._close, bucket, phase)
+            self._arm(bucket, phase)
         mean, members = await asyncio.shield(bucket.done)
         return Outcome(bucket.round, mean, len(members), node in members)
+
+    def _arm(self, bucket: _Bucket, phase: int, restart: bool = False) -> None:
+        """Close ``bucket`` ``wait`` seconds from now without the nodes still missing (the
+        models' mean, restarted while a node still trains, at most ``final_wait`` seconds after
+        its first model: its contributors wait no longer than that for the answer)."""
+        loop = asyncio.get_running_loop()
+        if bucket.timer is not None:
+            if not restart:
+                return
+            bucket.timer.cancel()
+        if bucket.opened is None:
+            bucket.opened = loop.time()
+        delay = self.wait
+        if phase == FINAL:
+            delay = max(0.0, min(delay, bucket.opened + max(self.final_wait, self.wait) - loop.time()))
+        bucket.timer = loop.call_later(delay, self._close, bucket, phase)
 
     def _close(self, bucket: _Bucket, phase: int) -> None:
         if bucket.done.done():

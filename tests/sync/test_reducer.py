@@ -146,3 +146,45 @@ def test_a_reducer_with_rounds_of_its_own_ignores_a_claim_of_newer_q() -> None:
         again, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, rnd)
         assert all(o.included for o in again)  # the others go on as before
     asyncio.run(go())
+
+
+def test_a_node_a_step_behind_at_the_end_is_waited_for_and_not_waited_on() -> None:
+    async def go() -> None:
+        r = Reducer(0.2, lambda: {"a", "b"}, final_wait=5.0)
+        f32 = lambda *v: np.asarray(v, dtype="<f4").tobytes()  # noqa: E731
+        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
+        rnd = first[0].round
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        # a is done; b still has three steps to take: its rounds do not wait for a, and the
+        # models' mean waits for b while b makes progress, beyond the 0.2 s of a phase
+        done = asyncio.ensure_future(r.contribute("a", 2, -2, f32(1, 1)))
+        for _ in range(3):
+            await asyncio.sleep(0.15)
+            one = await r.contribute("b", 0, rnd, f16(3))
+            assert one.included and one.count == 1
+            two = await r.contribute("b", 1, one.round, f16(1))
+            assert two.included and two.count == 1
+            rnd = two.round
+        assert loop.time() - t0 < 0.9  # no phase waited 0.2 s for a
+        last = await r.contribute("b", 2, -2, f32(3, 5))
+        ours = await done
+        assert last.count == ours.count == 2 and ours.included and ours.data == f32(2, 3)
+    asyncio.run(go())
+
+
+def test_the_models_mean_waits_at_most_final_wait() -> None:
+    async def go() -> None:
+        r = Reducer(0.2, lambda: {"a", "b"}, final_wait=0.5)
+        f32 = lambda *v: np.asarray(v, dtype="<f4").tobytes()  # noqa: E731
+        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
+        rnd = first[0].round
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        done = asyncio.ensure_future(r.contribute("a", 2, -2, f32(1, 1)))
+        while not done.done():  # b trains on and on
+            one = await r.contribute("b", 0, rnd, f16(3))
+            rnd = (await r.contribute("b", 1, one.round, f16(1))).round
+            await asyncio.sleep(0.05)
+        assert 0.45 <= loop.time() - t0 < 1.0 and done.result().count == 1
+    asyncio.run(go())
