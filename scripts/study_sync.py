@@ -17,6 +17,7 @@ a node, so the ratio to DDP's bytes is the payload's size over the model's (``--
 each node's contribution and the sum rounded to int8 with one scale per column).
 
     .venv/bin/python scripts/study_sync.py --rank 4 [--value-bits 8] [--partition classes:k=2] --jsonl run/s23/study.jsonl
+    .venv/bin/python scripts/study_sync.py --rank 0 --value-bits 16 --seed S    # DDP over float16: the noise floor
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def run(args: argparse.Namespace) -> dict:
         for k, p in enumerate(params):
             rows, cols = p.shape[0], p[0].numel()
             r = min(args.rank, rows, cols)
+            if args.rank == 0:  # the dense mean, each node's part and the sum rounded (DDP over float16)
+                p.grad = rounded(sum(rounded(g[k], args.value_bits) for g in grads) / n, args.value_bits)
+                sent += p.numel() * (args.value_bits or 32) / 32
+                continue
             if p.dim() < 2 or (rows + cols) * r >= rows * cols:  # vectors and small matrices whole
                 p.grad = sum(g[k] for g in grads) / n
                 sent += p.numel() * (args.value_bits or 32) / 32
@@ -108,7 +113,9 @@ def run(args: argparse.Namespace) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sk.add_common_args(ap)
-    ap.add_argument("--rank", type=int, default=4, help="PowerSGD's rank")
+    ap.add_argument("--rank", type=int, default=4,
+                    help="PowerSGD's rank (0: no PowerSGD, the dense mean gradient rounded to --value-bits: "
+                         "with 16, DDP over float16, how far a run moves from DDP for a rounding alone)")
     ap.add_argument("--value-bits", type=int, default=0, choices=(0, 8, 16),
                     help="the factors' values on the wire: float32 (0), float16 or int8")
     args = ap.parse_args()
