@@ -35,12 +35,23 @@ from benchlib.results import append_jsonl
 torch.set_num_threads(1)
 
 
+#: float16 with a power-of-two scale a tensor (--scaled): the tensor's largest entry near 2^14
+SCALED = False
+
+
 def rounded(t: torch.Tensor, bits: int) -> torch.Tensor:
     """``t`` as it would cross the wire: float32 (0), float16 (16) or int8 with one absmax
-    scale per column (8)."""
+    scale per column (8). Float16 alone flushes a gradient's smallest entries (below 6e-5 it
+    has fewer mantissa bits, below 6e-8 none): with ``SCALED`` the tensor is first multiplied
+    by a power of two (exact) that brings its largest entry near 2^14."""
     if bits == 0:
         return t
     if bits == 16:
+        if SCALED:
+            peak = float(t.abs().max())
+            if peak > 0:
+                shift = 14 - torch.frexp(torch.tensor(peak)).exponent.item()
+                return torch.ldexp(torch.ldexp(t, torch.tensor(shift)).half().float(), torch.tensor(-shift))
         return t.half().float()
     levels = 2 ** (bits - 1) - 1
     scale = t.abs().amax(0, keepdim=True).clamp_min(1e-12) / levels
@@ -84,7 +95,7 @@ def run(args: argparse.Namespace) -> dict:
                 p.grad = rounded(sum(rounded(g[k], args.value_bits) for g in grads) / n, args.value_bits)
                 sent += p.numel() * (args.value_bits or 32) / 32
                 continue
-            if p.dim() < 2 or (rows + cols) * r >= rows * cols:  # vectors and small matrices whole
+            if p.dim() < 2 or (rows + cols) * r * args.min_compression_rate >= rows * cols:  # vectors, small matrices whole
                 p.grad = sum(g[k] for g in grads) / n
                 sent += p.numel() * (args.value_bits or 32) / 32
                 for i in range(n):
@@ -118,7 +129,13 @@ def main() -> None:
                          "with 16, DDP over float16, how far a run moves from DDP for a rounding alone)")
     ap.add_argument("--value-bits", type=int, default=0, choices=(0, 8, 16),
                     help="the factors' values on the wire: float32 (0), float16 or int8")
+    ap.add_argument("--min-compression-rate", type=float, default=1.0,
+                    help="a matrix is factored only when that divides its size by at least this (PyTorch's "
+                         "PowerSGD hook: min_compression_rate, 2 by default); the others go whole")
+    ap.add_argument("--scaled", action="store_true", help="--value-bits 16: a power-of-two scale a tensor")
     args = ap.parse_args()
+    global SCALED
+    SCALED = args.scaled
     res = run(args)
     print(json.dumps(res))
     append_jsonl(args.jsonl, res)

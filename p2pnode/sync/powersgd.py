@@ -6,7 +6,9 @@ matrix M (its gradient plus this node's error feedback, what earlier approximati
 gives P = M Q; the nodes' P are averaged (phase 0), orthonormalised, and give Q' = Mᵀ P, averaged
 too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximation of the mean
 gradient, and keeps M − P Q'ᵀ as its error. Q' warm-starts the next step. Vectors (biases) and
-matrices too small to gain travel whole in phase 0. Every value crosses as float16.
+matrices that factoring would not halve travel whole in phase 0 (the hook's
+``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
+6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as float16.
 
 Every node must hold the same Q: they start from ``training.seed`` and each phase 1's mean
 replaces them; a node whose Q fell behind (it missed a round) is sent the current ones
@@ -21,6 +23,8 @@ import numpy as np
 import torch
 
 
+#: a matrix is factored only when that divides its size by at least this (PyTorch's hook's default)
+MIN_COMPRESSION_RATE = 2.0
 #: the largest float16: larger values are clipped to it rather than sent as infinities
 F16_MAX = 65504.0
 
@@ -62,7 +66,7 @@ class PowerSync:
             rows = p.shape[0] if p.dim() else 1
             cols = p[0].numel() if p.dim() > 1 else 1
             r = min(rank, rows, cols)
-            if p.dim() < 2 or (rows + cols) * r >= rows * cols:
+            if p.dim() < 2 or (rows + cols) * r * MIN_COMPRESSION_RATE >= rows * cols:
                 r = 0
             self.layout.append(_Layout(name, tuple(p.shape), rows, cols, r))
             if r:
