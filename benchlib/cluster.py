@@ -148,6 +148,8 @@ class NodeResult:
     skipped: int
     clipped: int = 0  #: exchanges averaged in clipped to the robust radius (exchange.robust)
     outliers: int = 0  #: peer models refused as outliers (exchange.robust)
+    sync_missed: int = 0  #: exchange.sync: rounds its contribution was not in (late, behind)
+    sync_replayed: int = 0  #: exchange.sync: rounds it missed and stepped along afterwards
 
 
 @dataclass
@@ -290,9 +292,10 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     rows = []
     for i, acc in zip(live, accs):
         s = last.get(i, {})
-        t, ex, b = s.get("training", {}), s.get("exchanges", {}), s.get("bytes", {})
+        t, ex, b, y = s.get("training", {}), s.get("exchanges", {}), s.get("bytes", {}), s.get("sync", {})
         rows.append(NodeResult(node=i, accuracy=acc, train_seconds=t.get("train_seconds"), samples=t.get("samples"),
                                received=b.get("model_received", 0) + b.get("sync_received", 0), exchanges=ex.get("done", 0),
                                skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0),
-                               outliers=ex.get("outliers", 0)))
+                               outliers=ex.get("outliers", 0), sync_missed=y.get("missed", 0),
+                               sync_replayed=y.get("replayed", 0)))
     return TrainResult(name, rows, killed is not None or restarted, wall)

@@ -112,3 +112,35 @@ def test_the_others_go_on_when_the_reducer_dies(cluster) -> None:
         n.stop()
     models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in survivors]
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])  # the final mean, the same
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_straggler_is_not_waited_for_and_keeps_up_by_replaying(cluster) -> None:
+    """The straggler is the reducer itself (the lowest id): it steps down, the next lowest id
+    reduces and stops waiting for it, and it keeps up by replaying the rounds it misses."""
+    from benchlib.procs import DutyCycle
+
+    run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=2", "--set", "training.min_peers=2",
+           "--set", "training.max_samples=9600", "--set", "training.eval_every=0"]
+    a = cluster("a", extra=[*run, "--shard", "0/3"])
+    a.wait_ready(90)
+    nodes = [a, *(cluster(f"n{i}", seeds=[a.addr], extra=[*run, "--shard", f"{i}/3"]) for i in (1, 2))]
+    ids = [n.wait_ready(90)["node_id"] if n is not a else a.status()["node_id"] for n in nodes]
+    order = sorted(ids)
+    straggler, successor = nodes[ids.index(order[0])], nodes[ids.index(order[1])]
+    wait_for(lambda: all(n.status()["sync"]["rounds"] >= 5 for n in nodes), 120, "5 rounds each")
+    assert straggler.proc is not None
+    with DutyCycle([straggler.proc.pid], fraction=0.3, period=0.2):  # its daemon and worker at 30 % speed
+        wait_for(lambda: all(n.status()["training"]["done"] for n in nodes), 150, "every node done")
+    mine = straggler.status()["sync"]
+    assert mine["stepped_down"] and mine["replayed"] > 10, mine  # it stepped along the rounds it missed
+    theirs = successor.status()["sync"]
+    assert order[0] in theirs["slow"] and theirs["reduced_here"] > 10, theirs  # not waited for
+    steps = [n.status()["training"]["step"] for n in nodes]
+    assert len(set(steps)) == 1, steps  # and it ended with the others, on the same step
+    for n in nodes:
+        n.stop()
+    models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]
+    for other in models[1:]:
+        assert all(torch.equal(models[0][k], other[k]) for k in models[0])

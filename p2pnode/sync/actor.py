@@ -31,7 +31,7 @@ from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
-from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused
+from p2pnode.sync.reducer import MAX_REPLAY, Outcome, Reducer, SyncRefused
 
 log = logging.getLogger("p2pnode.sync")
 
@@ -56,11 +56,12 @@ class SyncActor:
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
-                       "final_count": 0}
+                       "replayed": 0, "final_count": 0}
         self._caught_up_at = -CATCH_UP_EVERY
         self.unreachable: dict[str, float] = {}
         self.last_reducer = ""
         self.last_count = 0
+        self._stepped_down = False
 
     def _running(self) -> set[str]:
         return {m.node_id for m in self.peers()} | {self.node_id}
@@ -70,11 +71,22 @@ class SyncActor:
         not one we could not reach in the last UNREACHABLE_FOR seconds (every node finds a dead
         reducer so at once, and all take the same next one before membership says it is dead)."""
         now = time.monotonic()
-        best = (self.node_id, "")
+        best = ("\uffff", "") if self.stepped_down() else (self.node_id, "")
         for m in self.peers():
             if m.node_id < best[0] and self.unreachable.get(m.node_id, 0.0) <= now:
                 best = (m.node_id, m.addr)
-        return best
+        return best if best[0] != "\uffff" else (self.node_id, "")
+
+    def stepped_down(self) -> bool:
+        """We reduce no more: our own contributions keep coming late (this machine is the slow
+        one), and a slow reducer would hold every node back. Each node, answered 409, takes the
+        next lowest id (as for a reducer it cannot reach); for good, as we hear no more rounds."""
+        if not self._stepped_down and self.node_id in self.reducer.late.slow():
+            log.warning("this node is too slow to reduce (lag %.0f ms, rounds %.0f ms apart): the next "
+                        "lowest id reduces", self.reducer.late.lag[self.node_id] * 1000,
+                        self.reducer.late.interval * 1000)
+            self._stepped_down = True
+        return self._stepped_down
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(SYNC_PATH, self.post)
@@ -96,12 +108,14 @@ class SyncActor:
             self.totals["included" if outcome.included else "missed"] += 1
         elif msg.phase == 0 and not outcome.included:
             self.totals["missed"] += 1
+            self.totals["replayed"] += len(outcome.replay)
             if outcome.behind:
                 self._catch_up()
         try:
             async with asyncio.timeout(self.cfg.exchange.timeout):
                 await self.pipe.send(SyncResult(phase=msg.phase, round=outcome.round, data=outcome.data,
-                                                count=outcome.count, included=outcome.included))
+                                                count=outcome.count, included=outcome.included,
+                                                replay=[list(r) for r in outcome.replay]))
         except (TimeoutError, ConnectionError):
             pass  # the worker is gone; a new one starts over with the seeded Q
 
@@ -173,13 +187,20 @@ class SyncActor:
             log.warning("all-reduce through %s failed (%s): trying the next reducer", rid, exc)
             return None
         self.totals["bytes_sent"] += len(msg.data)
+        if resp.status == 409:  # a reducer too slow to reduce: the next lowest id
+            self.unreachable[rid] = time.monotonic() + UNREACHABLE_FOR
+            return None
         try:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status} {resp.body[:200]!r}")
             self.totals["bytes_received"] += len(resp.body)
             body = msgpack.unpackb(resp.body, raw=False)
+            replay = body.get("replay") or []
+            if not isinstance(replay, list) or len(replay) > MAX_REPLAY:
+                raise ValueError(f"a replay of {len(replay) if isinstance(replay, list) else '?'} rounds")
             return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]),
-                           bool(body.get("behind", False)))
+                           bool(body.get("behind", False)),
+                           [(int(r), bytes(m0), bytes(m1)) for r, m0, m1 in replay])
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
             self.totals["failures"] += 1
@@ -200,6 +221,8 @@ class SyncActor:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return error(413, f"body over {limit} bytes")
+        if self.stepped_down():
+            return error(409, "this node is too slow to reduce: send to the next lowest node id")
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
                 out = await self.reducer.contribute(peer, phase, rnd, body)
@@ -209,14 +232,20 @@ class SyncActor:
         except TimeoutError:
             return error(503, "the phase did not close in time")
         self.totals["bytes_received"] += len(body)
-        self.totals["bytes_sent"] += len(out.data)
+        self.totals["bytes_sent"] += len(out.data) + sum(len(m0) + len(m1) for _, m0, m1 in out.replay)
         return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
-                                                "behind": out.behind, "data": out.data}, use_bin_type=True),
+                                                "behind": out.behind, "data": out.data,
+                                                "replay": [list(r) for r in out.replay]}, use_bin_type=True),
                             content_type=MSGPACK)
 
     def status(self) -> dict[str, Any]:
+        late = self.reducer.late
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.last_reducer,
-                "last_count": self.last_count, "reducer_rounds": self.reducer.rounds, **self.totals}
+                "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
+                # as this node's reducer sees them (empty elsewhere): not waited for, and everyone's lag
+                "slow": sorted(late.slow()) if late.lag else [],
+                "lag_ms": {n: round(v * 1000, 1) for n, v in sorted(late.lag.items())},
+                "round_ms": round(late.interval * 1000, 1), "stepped_down": self._stepped_down, **self.totals}
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -3,8 +3,8 @@ this module is what lets ``pipe_protocol.decode`` read them; both processes impo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from p2pnode.pipe_protocol import Message
 
@@ -29,7 +29,8 @@ class SyncContribute(Message):
 class SyncResult(Message):
     """daemon -> worker: the mean of a phase's contributions (float16), the round it closed and
     how many nodes it averaged; ``included`` is False (and ``data`` may be empty) when ours was
-    not among them: the reducer was unreachable, or we came too late."""
+    not among them: the reducer was unreachable, or we came too late (then ``replay`` may hold
+    the rounds we missed)."""
 
     kind: ClassVar[str] = "sync-result"
     phase: int
@@ -37,3 +38,6 @@ class SyncResult(Message):
     data: bytes
     count: int
     included: bool
+    #: phase 0 came too late: the rounds missed, [round, phase-0 mean, phase-1 mean] each, for
+    #: the worker to step along instead of a step of its own
+    replay: list[list[Any]] = field(default_factory=list)

@@ -97,41 +97,59 @@ class PowerSync:
                 out.append(g)
         return to_wire(out)
 
-    def phase1(self, mean0: bytes) -> bytes:
-        """Our Q factors against the network's mean P (orthonormalised)."""
+    def _split0(self, mean0: bytes) -> None:
+        """The network's mean P, orthonormalised, and the small tensors' mean, from phase 0."""
         flat = from_wire(mean0, self._size(0))
-        out, at = [], 0
+        at = 0
         self._p, self._dense = {}, {}
         for x in self.layout:
             n = x.rows * (x.rank or x.cols)
             part = flat[at:at + n]
             at += n
             if x.rank:
-                p, _ = torch.linalg.qr(part.reshape(x.rows, x.rank))
-                self._p[x.name] = p
-                out.append(self._m[x.name].t() @ p)
+                self._p[x.name], _ = torch.linalg.qr(part.reshape(x.rows, x.rank))
             else:
                 self._dense[x.name] = part.reshape(x.shape)
+
+    def phase1(self, mean0: bytes) -> bytes:
+        """Our Q factors against the network's mean P (orthonormalised)."""
+        self._split0(mean0)
+        out = [self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank]
         # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
         return to_wire(out) if out else b"\0\0"
 
-    def finish(self, mean1: bytes, rnd: int, included: bool) -> dict[str, torch.Tensor]:
-        """The network's mean gradient, rank-r, for every tensor; our error feedback and Q move on."""
+    def _approx(self, mean1: bytes, rnd: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """(the network's mean gradient, rank-r, for every tensor; the matrices' approximations),
+        from phase 1's mean Q; our Q and round move on to it."""
         flat = from_wire(mean1, self._size(1)) if self._size(1) else torch.zeros(0)
-        grads, at = dict(self._dense), 0
+        grads, approx, at = dict(self._dense), {}, 0
         for x in self.layout:
             if not x.rank:
                 continue
             n = x.cols * x.rank
             q = flat[at:at + n].reshape(x.cols, x.rank)
             at += n
-            approx = self._p[x.name] @ q.t()
-            # in the mean or not, the whole of M is owed until a mean carried our share of it
-            self.err[x.name] = self._m[x.name] - approx if included else self._m[x.name]
+            approx[x.name] = self._p[x.name] @ q.t()
             self.q[x.name] = q.clone()
-            grads[x.name] = approx.reshape(x.shape)
+            grads[x.name] = approx[x.name].reshape(x.shape)
         self.q_round = rnd
+        return grads, approx
+
+    def finish(self, mean1: bytes, rnd: int, included: bool) -> dict[str, torch.Tensor]:
+        """The network's mean gradient, rank-r, for every tensor; our error feedback and Q move on."""
+        grads, approx = self._approx(mean1, rnd)
+        for name, a in approx.items():
+            # in the mean or not, the whole of M is owed until a mean carried our share of it
+            self.err[name] = self._m[name] - a if included else self._m[name]
         return grads
+
+    def rebuild(self, mean0: bytes, mean1: bytes, rnd: int) -> dict[str, torch.Tensor]:
+        """A round we missed, from its two means: the mean gradient every node in it stepped
+        along (the same operations as theirs, so the same to the bit). Our error feedback is
+        left as it was: the gradient we computed meanwhile is dropped, not owed (a straggler
+        owing every step it missed would bring a growing pile of stale gradients)."""
+        self._split0(mean0)
+        return self._approx(mean1, rnd)[0]
 
     def resync(self, mean1: bytes, rnd: int) -> None:
         """The current Q from the reducer (ours were older): the next step uses these."""

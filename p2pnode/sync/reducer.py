@@ -29,10 +29,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from p2pnode.sync.lateness import Lateness
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
 
-#: closed phases kept, to answer a late contributor with the mean it missed
-KEEP = 8
+#: closed phases kept, to answer a late contributor with the means it missed (two a round)
+KEEP = 64
+#: the most rounds a late node replays (more: it takes a running node's model instead)
+MAX_REPLAY = 16
 #: contributors one phase takes at most (the rest are refused)
 MAX_MEMBERS = 1024
 
@@ -53,6 +56,9 @@ class Outcome:
     included: bool
     #: our Q factors were older than the reducer's: we missed rounds, and our model their steps
     behind: bool = False
+    #: the rounds we missed, (round, phase-0 mean, phase-1 mean) each, to step along in order
+    #: instead of a step of our own: the model stays the others' (see ``Reducer._replay``)
+    replay: list[tuple[int, bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -64,6 +70,7 @@ class _Bucket:
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
+    first_at: float = 0.0  #: loop time of the first contribution (phase 0: lags are from it)
 
 
 def wire_dtype(phase: int) -> str:
@@ -99,6 +106,8 @@ class Reducer:
         self.final_result: tuple[bytes, frozenset[str]] | None = None
         self.closed: OrderedDict[tuple[int, int], tuple[bytes, frozenset[str]]] = OrderedDict()
         self.rounds = 0
+        #: who keeps coming late: a round does not wait for them (sync/lateness.py)
+        self.late = Lateness()
 
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes) -> Outcome:
         final = self.final
@@ -149,20 +158,59 @@ class Reducer:
             self.q_round = q_round
             self.next_round = max(self.next_round, q_round + 1)
         current = self.q_round
+        now = asyncio.get_running_loop().time()
         if q_round != current:  # computed with other Q factors: give it the current ones
             if q_round < current:  # behind (not a claim from ahead): wait for it from the next round on
                 self.members.add(node)
+                self.late.came(node, self.late.since_first(now))
+                replay = self._replay(q_round, current)
+                if replay:
+                    return Outcome(current, b"", 0, False, replay=replay)
             last = self.closed.get((current, 1))
             return Outcome(current if last else -1, last[0] if last else b"", 0, False, behind=True)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
             self.members.add(node)
-            return Outcome(self.next_round - 1, b"", 0, False)
+            self.late.came(node, self.late.since_first(now))
+            await self._phase1_closed(self.next_round - 1)  # that round's steps, once there are
+            replay = self._replay(current, self.q_round)
+            return Outcome(self.q_round, b"", 0, False, replay=replay or [])
         bucket = self.open0
         if bucket is None:
             running = self.running()
-            expected = ((self.members & running) or running) - self._done()
-            bucket = self.open0 = _Bucket(self.next_round, expected or {node})
+            expected = ((self.members & running) or running) - self._done() - self.late.slow()
+            bucket = self.open0 = _Bucket(self.next_round, expected or {node}, first_at=now)
+            self.late.round_opened(now)
+        self.late.came(node, now - bucket.first_at)
         return await self._add(bucket, node, data, phase=0)
+
+    def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]] | None:
+        """The means of rounds ``q_round`` + 1 to ``current``, for a node holding the Q factors
+        of ``q_round``: stepping along them in order, it takes the steps every node in them
+        took, and its model stays theirs (to the bit, if it took no step of its own). None when
+        it cannot be done: a node with the seeded Q factors (-1: new, or restarted with a model
+        of its own) or one more than MAX_REPLAY rounds behind, or a round no longer kept; such
+        a node takes a running node's model instead (``behind``)."""
+        if q_round < 0 or not 0 < current - q_round <= MAX_REPLAY:
+            return None
+        out = []
+        for rnd in range(q_round + 1, current + 1):
+            first, second = self.closed.get((rnd, 0)), self.closed.get((rnd, 1))
+            if first is None or second is None:
+                return None
+            out.append((rnd, first[0], second[0]))
+        return out
+
+    async def _phase1_closed(self, rnd: int) -> None:
+        """Wait (at most ``wait`` seconds) until round ``rnd``'s phase 1 has closed."""
+        first = self.closed.get((rnd, 0))
+        if first is None or (rnd, 1) in self.closed:
+            return
+        bucket = self._bucket1(rnd, first[1])
+        try:
+            async with asyncio.timeout(self.wait):
+                await asyncio.shield(bucket.done)
+        except TimeoutError:
+            pass
 
     def _drop(self, bucket: _Bucket) -> None:
         """Answer a bucket's contributors that none of them is in (they take a local step)."""
@@ -180,10 +228,14 @@ class Reducer:
         first = self.closed.get((rnd, 0))
         if first is None or node not in first[1]:
             return Outcome(rnd, b"", 0, False)
+        return await self._add(self._bucket1(rnd, first[1]), node, data, phase=1)
+
+    def _bucket1(self, rnd: int, members: frozenset[str]) -> _Bucket:
+        """Round ``rnd``'s phase 1, open: it waits for the nodes its phase 0 averaged."""
         bucket = self.open1.get(rnd)
         if bucket is None:
-            bucket = self.open1[rnd] = _Bucket(rnd, (set(first[1]) - self._done()) or {node})
-        return await self._add(bucket, node, data, phase=1)
+            bucket = self.open1[rnd] = _Bucket(rnd, (set(members) - self._done()) or set(members))
+        return bucket
 
     async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
         length = next(iter(bucket.parts.values())).size if bucket.parts else None

@@ -242,31 +242,54 @@ class Worker:
                 self.final_mean()
             self.evaluate(0)  # the final figure on the whole test set
 
-    def all_reduce(self) -> None:
+    def all_reduce(self) -> bool | None:
         """exchange.sync: the model's gradients become the network's mean gradient (PowerSGD's
-        two phases through the daemon). Whatever fails (no reducer in time, a late contribution,
-        a malformed mean) leaves our own gradient: a local step, never a wait beyond the bound."""
+        two phases through the daemon). Too late for the round, we step along the rounds we
+        missed instead (False: the trainer takes no step of its own). Whatever fails (no reducer
+        in time, a malformed mean) leaves our own gradient: a local step, never a wait beyond
+        the bound."""
         sync = self.sync
         assert sync is not None
         grads = {n: p.grad for n, p in self.trainer.model.named_parameters() if p.grad is not None}
         try:
             first = self.sync_phase(0, sync.q_round, sync.phase0(grads))
             if first is None:
-                return
+                return None
             if not first.included:
+                if first.replay:
+                    return self.replay(first.replay)
                 if first.data and first.round >= 0:  # our Q fell behind: the current ones, for the next step
                     sync.resync(first.data, first.round)
-                return
+                return None
             second = self.sync_phase(1, first.round, sync.phase1(first.data))
             if second is None or not second.data:
-                return
+                return None
             mean = sync.finish(second.data, second.round, second.included)
         except (KeyError, ValueError) as exc:
             log.warning("all-reduce result refused (%s): a local step", exc)
-            return
+            return None
         with torch.no_grad():
             for n, g in grads.items():
                 g.copy_(mean[n].view_as(g))
+        return True
+
+    def replay(self, rounds: list[list[Any]]) -> bool | None:
+        """Step along the rounds we missed, as every node in them did: our model stays theirs
+        (a straggler keeps up without holding the others back). This step's own gradient is
+        dropped. A malformed round stops the replay where it is (a local step is not taken)."""
+        sync = self.sync
+        assert sync is not None
+        t = self.trainer
+        t.drop_step()
+        with torch.no_grad():
+            for rnd, mean0, mean1 in rounds:
+                try:
+                    grads = sync.rebuild(bytes(mean0), bytes(mean1), int(rnd))
+                except (KeyError, ValueError) as exc:
+                    log.warning("replay of round %s refused (%s)", rnd, exc)
+                    break
+                t.step_along(grads)
+        return False
 
     def final_mean(self) -> None:
         """exchange.sync, after the last step: our model becomes the mean of every node's (what

@@ -63,6 +63,7 @@ class ShardTrainer:
         self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
         self.step = 0
         self.samples = 0
+        self.last_batch = t.batch_size  #: items in the last step's batch
         self.loss_ema = float("nan")
         self.nonfinite_steps = 0
         #: step-size factor after a divergence: halved at each non-finite loss (so a recovery
@@ -100,9 +101,10 @@ class ShardTrainer:
         """The next shuffled batch of the shard, on the training device."""
         return loader.to_device(next(self._batches), self.device)
 
-    def train_step(self, reduce: Callable[[], None] | None = None) -> float:
+    def train_step(self, reduce: Callable[[], bool | None] | None = None) -> float:
         """One local step; ``reduce`` (exchange.sync) replaces the gradients by the network's
-        mean before they are clipped and stepped along."""
+        mean before they are clipped and stepped along, or (returning False) has stepped the
+        model itself instead (``step_along``: the rounds a late node missed)."""
         self.model.train()
         batch = self._next_batch()
         lr = self.lr_now()
@@ -113,7 +115,8 @@ class ShardTrainer:
         runtime.check_loss(loss)
         value = float(loss.detach())
         self.step += 1
-        self.samples += loader.batch_len(batch)
+        self.last_batch = loader.batch_len(batch)
+        self.samples += self.last_batch
         if not math.isfinite(value):
             # A diverged batch: taking the step would spread NaN into the model and, through
             # publishing, nowhere else (the wire refuses it). Skip it and let the caller decide.
@@ -124,18 +127,45 @@ class ShardTrainer:
         for name, param in self.model.named_parameters():
             if param.grad is not None:
                 param.grad.copy_(self.gradients.apply(name, param.grad))
-        if reduce is not None:
-            reduce()
+        if reduce is not None and reduce() is False:
+            self._note(value)
+            return value
+        self._clip_and_step()
+        self._note(value)
+        return value
+
+    def _clip_and_step(self) -> None:
         if self.cfg.training.grad_clip > 0:
             # a blown-up gradient on a skewed shard would otherwise carry the model (and, through
             # averaging, its peers) to non-finite values in a step or two
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.training.grad_clip)
         self.optimizer.step()
+
+    def drop_step(self) -> None:
+        """The step just counted took no step of its own (exchange.sync: the rounds it missed
+        replace it): uncount it."""
+        self.step -= 1
+        self.samples -= self.last_batch
+
+    def step_along(self, grads: dict[str, torch.Tensor]) -> None:
+        """A step along given gradients (exchange.sync: a round this node missed, as every
+        node in it took it: the same learning rate, clipping and optimizer step)."""
+        lr = self.lr_now()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        for name, param in self.model.named_parameters():
+            if name in grads and param.grad is not None:
+                param.grad.copy_(grads[name].view_as(param.grad))
+        self._clip_and_step()
+        self.step += 1
+        self.samples += self.cfg.training.batch_size
+
+    def _note(self, value: float) -> None:
+        """A finite step's loss: into the average, and towards the full step size again."""
         self.loss_ema = value if math.isnan(self.loss_ema) else 0.95 * self.loss_ema + 0.05 * value
         self._finite_run += 1
         if self.lr_scale < 1.0 and self._finite_run >= RECOVERY_STEPS:
             self.lr_scale, self._finite_run = min(1.0, self.lr_scale * 2), 0
-        return value
 
     @torch.no_grad()
     def evaluate(self, limit: int = 0) -> tuple[float, float, int]:

@@ -71,3 +71,24 @@ def test_a_node_left_out_keeps_its_whole_gradient_owed_and_takes_current_q() -> 
     c = PowerSync(params, rank=2, seed=5)  # a restarted node: the seeded Q factors
     c.resync(reducer.closed[(b.q_round, 1)][0], b.q_round)
     assert c.q_round == b.q_round and torch.equal(c.q[name], b.q[name])
+
+
+def test_a_node_that_missed_rounds_rebuilds_their_means_to_the_bit() -> None:
+    params = model_params(2)
+    a, b, c = (PowerSync(params, rank=2, seed=5) for _ in range(3))
+    reducer = Reducer(0.05, lambda: {"n0", "n1", "n2"})
+    gen = torch.Generator().manual_seed(3)
+
+    def grads() -> dict[str, torch.Tensor]:
+        return {n: torch.randn(p.shape, generator=gen) for n, p in params}
+
+    step([a, b, c], [grads(), grads(), grads()], reducer)  # c takes part once
+    taken = [step([a, b], [grads(), grads()], reducer)[0] for _ in range(3)]  # then misses three rounds
+    err = {k: v.clone() for k, v in c.err.items()}
+    rebuilt = [c.rebuild(reducer.closed[(r, 0)][0], reducer.closed[(r, 1)][0], r)
+               for r in range(c.q_round + 1, a.q_round + 1)]
+    assert len(rebuilt) == 3 and c.q_round == a.q_round
+    for ours, theirs in zip(rebuilt, taken):  # the steps the others took, to the bit
+        assert all(torch.equal(ours[n], theirs[n]) for n, _ in params)
+    assert all(torch.equal(c.q[n], a.q[n]) for n in a.q)
+    assert all(torch.equal(c.err[n], err[n]) for n in err)  # the gradient it computed meanwhile is dropped

@@ -188,3 +188,52 @@ def test_the_models_mean_waits_at_most_final_wait() -> None:
             await asyncio.sleep(0.05)
         assert 0.45 <= loop.time() - t0 < 1.0 and done.result().count == 1
     asyncio.run(go())
+
+
+def test_a_node_that_keeps_coming_late_is_not_waited_for_and_replays_what_it_missed() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b", "c"}, wait=2.0)
+        loop = asyncio.get_running_loop()
+        rnd, waited, replays = -1, [], 0
+
+        async def c_late(q: int):  # c comes 0.1 s after a and b, every round
+            await asyncio.sleep(0.1)
+            out = await r.contribute("c", 0, q, f16(5))
+            if out.included:
+                await r.contribute("c", 1, out.round, f16(1))
+            return out
+
+        for _ in range(12):
+            t0 = loop.time()
+            late = asyncio.ensure_future(c_late(rnd))
+            first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1)), r.contribute("b", 0, rnd, f16(3)))
+            second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
+            waited.append(loop.time() - t0 >= 0.09)
+            c_out = await late
+            if c_out.replay:  # c steps along every round it missed, in order, ending on the current one
+                replays += 1
+                assert [x[0] for x in c_out.replay] == list(range(rnd + 1, r.q_round + 1))
+                assert all(x[1] == r.closed[(x[0], 0)][0] and x[2] == r.closed[(x[0], 1)][0] for x in c_out.replay)
+            rnd = second[0].round
+            await asyncio.sleep(0.02)  # a and b's next step
+        # waited for at first, then not (a and b close their rounds at once), c replaying them
+        assert waited[0] and not any(waited[-6:]), waited
+        assert r.late.slow() == {"c"} and r.rounds == 12 and replays >= 6
+    asyncio.run(go())
+
+
+def test_no_replay_for_the_seeded_q_or_rounds_no_longer_kept() -> None:
+    async def go() -> None:
+        r = reducer({"a"}, wait=0.1)
+        rnd = -1
+        for _ in range(3):
+            first = await r.contribute("a", 0, rnd, f16(1))
+            rnd = (await r.contribute("a", 1, first.round, f16(1))).round
+        fresh = await r.contribute("b", 0, -1, f16(1))  # a new or restarted node: takes a model instead
+        assert fresh.behind and not fresh.replay
+        back = await r.contribute("b", 0, 0, f16(1))  # took part in round 0: replays 1 and 2
+        assert [x[0] for x in back.replay] == [1, 2] and not back.behind
+        r.closed.pop((1, 1))
+        gone = await r.contribute("c", 0, 0, f16(1))
+        assert gone.behind and not gone.replay
+    asyncio.run(go())

@@ -1,0 +1,52 @@
+"""Which nodes the synchronous mode's reducer stops waiting for: the ones that keep coming late.
+
+Daemon side, torch-free. Waiting for every node every step is what makes DDP as slow as its
+slowest machine. The reducer (``sync/reducer.py``) notes, for every phase-0 contribution, how
+long after the round's first one it came (its lag), and keeps a moving average of each node's
+lag and of the time between two rounds. A node whose average lag is over 0.4 of a round (and
+over ``MIN_LAG``) is *slow*: a round closes without waiting for it, it is in the round only if it
+comes before the others have all come, and otherwise it replays the rounds it missed (the
+group's steps, not its own: its gradient of that step is dropped, as a backup worker's is in
+Chen et al. 2016, *Revisiting Distributed Synchronous SGD*). Once it keeps up again (its lag
+falls) it is waited for again. Nodes that come within a few milliseconds of each other (every
+node, on a cluster of equal machines) are always waited for, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: weight of the newest lag (and round interval) in the moving averages (about 5 rounds)
+ALPHA = 0.2
+#: seconds of average lag under which a node is never called slow (jitter of a loaded machine)
+MIN_LAG = 0.05
+#: a node whose average lag is over this share of the average round interval is slow
+SHARE = 0.4  # (waited for, a node at half speed lags by half a round; at 80 %, by a fifth)
+
+
+@dataclass
+class Lateness:
+    lag: dict[str, float] = field(default_factory=dict)  #: each node's average lag, seconds
+    interval: float = 0.0  #: average seconds between two rounds' first contributions
+    _last_first: float | None = None
+
+    def round_opened(self, now: float) -> None:
+        """A round's first phase-0 contribution came at ``now``."""
+        if self._last_first is not None:
+            gap = now - self._last_first
+            self.interval = gap if self.interval == 0.0 else (1 - ALPHA) * self.interval + ALPHA * gap
+        self._last_first = now
+
+    def came(self, node: str, lag: float) -> None:
+        """``node``'s phase-0 contribution came ``lag`` seconds after its round's first."""
+        old = self.lag.get(node)
+        self.lag[node] = lag if old is None else (1 - ALPHA) * old + ALPHA * lag
+
+    def since_first(self, now: float) -> float:
+        """Seconds since the last round's first contribution (a late node's lag)."""
+        return 0.0 if self._last_first is None else max(0.0, now - self._last_first)
+
+    def slow(self) -> set[str]:
+        """The nodes not waited for now."""
+        limit = max(MIN_LAG, SHARE * self.interval)
+        return {n for n, lag in self.lag.items() if lag > limit}
