@@ -61,7 +61,6 @@ class SyncActor:
         self.unreachable: dict[str, float] = {}
         self.last_reducer = ""
         self.last_count = 0
-        self._stepped_down = False
 
     def _running(self) -> set[str]:
         return {m.node_id for m in self.peers()} | {self.node_id}
@@ -71,22 +70,11 @@ class SyncActor:
         not one we could not reach in the last UNREACHABLE_FOR seconds (every node finds a dead
         reducer so at once, and all take the same next one before membership says it is dead)."""
         now = time.monotonic()
-        best = ("\uffff", "") if self.stepped_down() else (self.node_id, "")
+        best = (self.node_id, "")
         for m in self.peers():
             if m.node_id < best[0] and self.unreachable.get(m.node_id, 0.0) <= now:
                 best = (m.node_id, m.addr)
-        return best if best[0] != "\uffff" else (self.node_id, "")
-
-    def stepped_down(self) -> bool:
-        """We reduce no more: our own contributions keep coming late (this machine is the slow
-        one), and a slow reducer would hold every node back. Each node, answered 409, takes the
-        next lowest id (as for a reducer it cannot reach); for good, as we hear no more rounds."""
-        if not self._stepped_down and self.node_id in self.reducer.late.slow():
-            log.warning("this node is too slow to reduce (lag %.0f ms, rounds %.0f ms apart): the next "
-                        "lowest id reduces", self.reducer.late.lag[self.node_id] * 1000,
-                        self.reducer.late.interval * 1000)
-            self._stepped_down = True
-        return self._stepped_down
+        return best
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(SYNC_PATH, self.post)
@@ -187,9 +175,6 @@ class SyncActor:
             log.warning("all-reduce through %s failed (%s): trying the next reducer", rid, exc)
             return None
         self.totals["bytes_sent"] += len(msg.data)
-        if resp.status == 409:  # a reducer too slow to reduce: the next lowest id
-            self.unreachable[rid] = time.monotonic() + UNREACHABLE_FOR
-            return None
         try:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status} {resp.body[:200]!r}")
@@ -221,8 +206,6 @@ class SyncActor:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return error(413, f"body over {limit} bytes")
-        if self.stepped_down():
-            return error(409, "this node is too slow to reduce: send to the next lowest node id")
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
                 out = await self.reducer.contribute(peer, phase, rnd, body)
@@ -245,7 +228,7 @@ class SyncActor:
                 # as this node's reducer sees them (empty elsewhere): not waited for, and everyone's lag
                 "slow": sorted(late.slow()) if late.lag else [],
                 "lag_ms": {n: round(v * 1000, 1) for n, v in sorted(late.lag.items())},
-                "round_ms": round(late.interval * 1000, 1), "stepped_down": self._stepped_down, **self.totals}
+                "round_ms": round(late.interval * 1000, 1), **self.totals}
 
     async def close(self) -> None:
         for task in list(self._tasks):

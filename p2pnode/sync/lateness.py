@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 ALPHA = 0.2
 #: seconds of average lag under which a node is never called slow (jitter of a loaded machine)
 MIN_LAG = 0.05
+#: rounds before any lag counts (the first steps of a fresh worker are slow, and rounds not yet paced)
+WARMUP = 3
 #: a node whose average lag is over this share of the average round interval is slow
 SHARE = 0.4  # (waited for, a node at half speed lags by half a round; at 80 %, by a fifth)
 
@@ -28,6 +30,7 @@ SHARE = 0.4  # (waited for, a node at half speed lags by half a round; at 80 %, 
 class Lateness:
     lag: dict[str, float] = field(default_factory=dict)  #: each node's average lag, seconds
     interval: float = 0.0  #: average seconds between two rounds' first contributions
+    rounds: int = 0  #: rounds opened
     _last_first: float | None = None
 
     def round_opened(self, now: float) -> None:
@@ -36,15 +39,17 @@ class Lateness:
             gap = now - self._last_first
             self.interval = gap if self.interval == 0.0 else (1 - ALPHA) * self.interval + ALPHA * gap
         self._last_first = now
+        self.rounds += 1
 
     def came(self, node: str, lag: float) -> None:
-        """``node``'s phase-0 contribution came ``lag`` seconds after its round's first."""
+        """``node``'s phase-0 contribution came ``lag`` seconds after the first of the round it
+        was made for. Not counted in the first rounds; at most two rounds' worth (one stall
+        does not make a node slow for long)."""
+        if self.rounds < WARMUP:
+            return
+        lag = min(lag, 2 * self.interval)
         old = self.lag.get(node)
         self.lag[node] = lag if old is None else (1 - ALPHA) * old + ALPHA * lag
-
-    def since_first(self, now: float) -> float:
-        """Seconds since the last round's first contribution (a late node's lag)."""
-        return 0.0 if self._last_first is None else max(0.0, now - self._last_first)
 
     def slow(self) -> set[str]:
         """The nodes not waited for now."""

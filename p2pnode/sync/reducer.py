@@ -108,6 +108,7 @@ class Reducer:
         self.rounds = 0
         #: who keeps coming late: a round does not wait for them (sync/lateness.py)
         self.late = Lateness()
+        self.opened_at: OrderedDict[int, float] = OrderedDict()  #: round -> loop time of its first part
 
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes) -> Outcome:
         final = self.final
@@ -162,7 +163,7 @@ class Reducer:
         if q_round != current:  # computed with other Q factors: give it the current ones
             if q_round < current:  # behind (not a claim from ahead): wait for it from the next round on
                 self.members.add(node)
-                self.late.came(node, self.late.since_first(now))
+                self._came_late(node, q_round + 1, now)
                 replay = self._replay(q_round, current)
                 if replay:
                     return Outcome(current, b"", 0, False, replay=replay)
@@ -170,7 +171,7 @@ class Reducer:
             return Outcome(current if last else -1, last[0] if last else b"", 0, False, behind=True)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
             self.members.add(node)
-            self.late.came(node, self.late.since_first(now))
+            self._came_late(node, current + 1, now)
             await self._phase1_closed(self.next_round - 1)  # that round's steps, once there are
             replay = self._replay(current, self.q_round)
             return Outcome(self.q_round, b"", 0, False, replay=replay or [])
@@ -180,8 +181,18 @@ class Reducer:
             expected = ((self.members & running) or running) - self._done() - self.late.slow()
             bucket = self.open0 = _Bucket(self.next_round, expected or {node}, first_at=now)
             self.late.round_opened(now)
+            self.opened_at[bucket.round] = now
+            while len(self.opened_at) > KEEP:
+                self.opened_at.popitem(last=False)
         self.late.came(node, now - bucket.first_at)
         return await self._add(bucket, node, data, phase=0)
+
+    def _came_late(self, node: str, meant_for: int, now: float) -> None:
+        """A phase 0 too late for round ``meant_for`` (the one after its Q factors'): its lag
+        is from that round's first contribution (a node rounds behind lags by rounds)."""
+        opened = self.opened_at.get(meant_for)
+        if opened is not None:
+            self.late.came(node, now - opened)
 
     def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]] | None:
         """The means of rounds ``q_round`` + 1 to ``current``, for a node holding the Q factors
