@@ -150,11 +150,10 @@ class NodeResult:
     outliers: int = 0  #: peer models refused as outliers (exchange.robust)
     sync_missed: int = 0  #: exchange.sync: rounds its contribution was not in (late, behind)
     sync_replayed: int = 0  #: exchange.sync: rounds it missed and stepped along afterwards
-    #: exchange.sync, on the reducer: each node's average lag behind a round's first part, ms,
-    #: and the average round interval (what decides who is not waited for: sync/lateness.py)
-    sync_lag_ms: dict[str, float] | None = None
+    #: exchange.sync, on the reducer: each node's average step time, ms (who is not waited for:
+    #: sync/lateness.py)
+    sync_step_ms: dict[str, float] | None = None
     node_id: str = ""
-    sync_round_ms: float = 0.0
 
 
 @dataclass
@@ -302,6 +301,6 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
                                received=b.get("model_received", 0) + b.get("sync_received", 0), exchanges=ex.get("done", 0),
                                skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0),
                                outliers=ex.get("outliers", 0), sync_missed=y.get("missed", 0),
-                               sync_replayed=y.get("replayed", 0), sync_lag_ms=y.get("lag_ms") or None,
-                               sync_round_ms=y.get("round_ms", 0.0), node_id=s.get("node_id", "")))
+                               sync_replayed=y.get("replayed", 0), sync_step_ms=y.get("step_ms") or None,
+                               node_id=s.get("node_id", "")))
     return TrainResult(name, rows, killed is not None or restarted, wall)

@@ -159,14 +159,14 @@ class SyncActor:
         if rid == self.node_id:
             try:
                 async with asyncio.timeout(wait):
-                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data)
+                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data, msg.took)
             except (TimeoutError, SyncRefused) as exc:
                 log.warning("our own contribution was not averaged: %s", exc or "timeout")
                 self.totals["failures"] += 1
                 return Outcome(msg.round, b"", 0, False)
             self.totals["reduced_here"] += msg.phase == 1
             return out
-        path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}"
+        path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
         try:
             resp = await self.client.request("POST", addr, path, msg.data, wait, MSGPACK)
         except PeerError as exc:  # not reached at all (refused, reset, no answer in time)
@@ -198,8 +198,11 @@ class SyncActor:
         peer = request.query.get("from", "")
         try:
             phase, rnd = int(request.query.get("phase", "")), int(request.query.get("round", ""))
+            took = float(request.query.get("took", "0"))
         except ValueError:
-            return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
+            return error(400, "?phase=0|1&round=N&from=NODE_ID are required (&took=SECONDS a number)")
+        if not 0 <= took <= 3600:  # NaN fails too
+            return error(400, "took is the seconds a step took: 0 to 3600")
         if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1, FINAL) or not -2 <= rnd < 2**53:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
         try:
@@ -208,7 +211,7 @@ class SyncActor:
             return error(413, f"body over {limit} bytes")
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
-                out = await self.reducer.contribute(peer, phase, rnd, body)
+                out = await self.reducer.contribute(peer, phase, rnd, body, took)
         except SyncRefused as exc:
             self.totals["refused"] += 1
             return error(400, f"contribution refused: {exc}")
@@ -225,10 +228,9 @@ class SyncActor:
         late = self.reducer.late
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.last_reducer,
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
-                # as this node's reducer sees them (empty elsewhere): not waited for, and everyone's lag
-                "slow": sorted(late.slow()) if late.lag else [],
-                "lag_ms": {n: round(v * 1000, 1) for n, v in sorted(late.lag.items())},
-                "round_ms": round(late.interval * 1000, 1), **self.totals}
+                # as this node's reducer sees them (empty elsewhere): not waited for, everyone's step time
+                "slow": sorted(late.slow(self._running())),
+                "step_ms": {n: round(v * 1000, 1) for n, v in sorted(late.step.items())}, **self.totals}
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -23,6 +23,8 @@ class SyncContribute(Message):
     phase: int
     round: int
     data: bytes
+    #: phase 0: seconds our step took since the last mean we applied (who is slow: lateness.py)
+    took: float = 0.0
 
 
 @dataclass

@@ -70,7 +70,6 @@ class _Bucket:
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
-    first_at: float = 0.0  #: loop time of the first contribution (phase 0: lags are from it)
 
 
 def wire_dtype(phase: int) -> str:
@@ -108,9 +107,9 @@ class Reducer:
         self.rounds = 0
         #: who keeps coming late: a round does not wait for them (sync/lateness.py)
         self.late = Lateness()
-        self.opened_at: OrderedDict[int, float] = OrderedDict()  #: round -> loop time of its first part
 
-    async def contribute(self, node: str, phase: int, rnd: int, data: bytes) -> Outcome:
+    async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0) -> Outcome:
+        """``took``: phase 0, the seconds the contributor's step took (who is slow: lateness.py)."""
         final = self.final
         if (final is not None and phase != FINAL and node in final.expected and node not in final.parts
                 and not final.done.done()):
@@ -118,6 +117,7 @@ class Reducer:
             # models' mean waits for it while it makes progress, not a fixed time from the first
             self._arm(final, FINAL, restart=True)
         if phase == 0:
+            self.late.came(node, took)
             return await self._phase0(node, rnd, data)
         if phase == 1:
             return await self._phase1(node, rnd, data)
@@ -159,11 +159,9 @@ class Reducer:
             self.q_round = q_round
             self.next_round = max(self.next_round, q_round + 1)
         current = self.q_round
-        now = asyncio.get_running_loop().time()
         if q_round != current:  # computed with other Q factors: give it the current ones
             if q_round < current:  # behind (not a claim from ahead): wait for it from the next round on
                 self.members.add(node)
-                self._came_late(node, q_round + 1, now)
                 replay = self._replay(q_round, current)
                 if replay:
                     return Outcome(current, b"", 0, False, replay=replay)
@@ -171,28 +169,15 @@ class Reducer:
             return Outcome(current if last else -1, last[0] if last else b"", 0, False, behind=True)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
             self.members.add(node)
-            self._came_late(node, current + 1, now)
             await self._phase1_closed(self.next_round - 1)  # that round's steps, once there are
             replay = self._replay(current, self.q_round)
             return Outcome(self.q_round, b"", 0, False, replay=replay or [])
         bucket = self.open0
         if bucket is None:
             running = self.running()
-            expected = ((self.members & running) or running) - self._done() - self.late.slow()
-            bucket = self.open0 = _Bucket(self.next_round, expected or {node}, first_at=now)
-            self.late.round_opened(now)
-            self.opened_at[bucket.round] = now
-            while len(self.opened_at) > KEEP:
-                self.opened_at.popitem(last=False)
-        self.late.came(node, now - bucket.first_at)
+            expected = ((self.members & running) or running) - self._done() - self.late.slow(running)
+            bucket = self.open0 = _Bucket(self.next_round, expected or {node})
         return await self._add(bucket, node, data, phase=0)
-
-    def _came_late(self, node: str, meant_for: int, now: float) -> None:
-        """A phase 0 too late for round ``meant_for`` (the one after its Q factors'): its lag
-        is from that round's first contribution (a node rounds behind lags by rounds)."""
-        opened = self.opened_at.get(meant_for)
-        if opened is not None:
-            self.late.came(node, now - opened)
 
     def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]] | None:
         """The means of rounds ``q_round`` + 1 to ``current``, for a node holding the Q factors

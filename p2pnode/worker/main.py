@@ -109,6 +109,7 @@ class Worker:
         self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed)
                      if cfg.exchange.sync == "powersgd" else None)
         self.sync_result: SyncResult | None = None
+        self.synced_at = 0.0  #: when the last all-reduce's answer came (our step's time runs from it)
 
     def send(self, msg: Message) -> None:
         self.conn.send_bytes(encode(msg))
@@ -243,6 +244,13 @@ class Worker:
             self.evaluate(0)  # the final figure on the whole test set
 
     def all_reduce(self) -> bool | None:
+        """The trainer's hook in the synchronous mode (``_all_reduce``), timing our steps."""
+        try:
+            return self._all_reduce()
+        finally:
+            self.synced_at = time.monotonic()  # our next step's time runs from the mean (or replay) we took
+
+    def _all_reduce(self) -> bool | None:
         """exchange.sync: the model's gradients become the network's mean gradient (PowerSGD's
         two phases through the daemon). Too late for the round, we step along the rounds we
         missed instead (False: the trainer takes no step of its own). Whatever fails (no reducer
@@ -251,8 +259,9 @@ class Worker:
         sync = self.sync
         assert sync is not None
         grads = {n: p.grad for n, p in self.trainer.model.named_parameters() if p.grad is not None}
+        took = time.monotonic() - self.synced_at if self.synced_at else 0.0
         try:
-            first = self.sync_phase(0, sync.q_round, sync.phase0(grads))
+            first = self.sync_phase(0, sync.q_round, sync.phase0(grads), took)
             if first is None:
                 return None
             if not first.included:
@@ -310,11 +319,11 @@ class Worker:
                 at += tensor.numel()
         self.publish(full=True)
 
-    def sync_phase(self, phase: int, rnd: int, data: bytes) -> SyncResult | None:
+    def sync_phase(self, phase: int, rnd: int, data: bytes, took: float = 0.0) -> SyncResult | None:
         """Send one phase's contribution and wait for its mean (handling what else comes)."""
         x = self.cfg.exchange
         self.sync_result = None
-        self.send(SyncContribute(phase=phase, round=rnd, data=data))
+        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took))
         deadline = time.monotonic() + 2 * (x.sync_timeout + x.timeout) + 1.0
         while self.running:
             got = self.sync_result

@@ -154,7 +154,11 @@ class ShardTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         for name, param in self.model.named_parameters():
-            if name in grads and param.grad is not None:
+            if name not in grads:
+                continue
+            if param.grad is None:
+                param.grad = grads[name].detach().clone().view_as(param)
+            else:
                 param.grad.copy_(grads[name].view_as(param.grad))
         self._clip_and_step()
         self.step += 1

@@ -190,15 +190,15 @@ def test_the_models_mean_waits_at_most_final_wait() -> None:
     asyncio.run(go())
 
 
-def test_a_node_that_keeps_coming_late_is_not_waited_for_and_replays_what_it_missed() -> None:
+def test_a_node_much_slower_than_the_rest_is_not_waited_for_and_replays_what_it_missed() -> None:
     async def go() -> None:
         r = reducer({"a", "b", "c"}, wait=2.0)
         loop = asyncio.get_running_loop()
         rnd, waited, replays = -1, [], 0
 
-        async def c_late(q: int):  # c comes 0.1 s after a and b, every round
+        async def c_late(q: int):  # c's steps take 0.1 s more than a's and b's, every round
             await asyncio.sleep(0.1)
-            out = await r.contribute("c", 0, q, f16(5))
+            out = await r.contribute("c", 0, q, f16(5), took=0.15)
             if out.included:
                 await r.contribute("c", 1, out.round, f16(1))
             return out
@@ -206,7 +206,8 @@ def test_a_node_that_keeps_coming_late_is_not_waited_for_and_replays_what_it_mis
         for _ in range(12):
             t0 = loop.time()
             late = asyncio.ensure_future(c_late(rnd))
-            first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1)), r.contribute("b", 0, rnd, f16(3)))
+            first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05),
+                                         r.contribute("b", 0, rnd, f16(3), took=0.05))
             second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
             waited.append(loop.time() - t0 >= 0.09)
             c_out = await late
@@ -216,10 +217,26 @@ def test_a_node_that_keeps_coming_late_is_not_waited_for_and_replays_what_it_mis
                 assert all(x[1] == r.closed[(x[0], 0)][0] and x[2] == r.closed[(x[0], 1)][0] for x in c_out.replay)
             rnd = second[0].round
             await asyncio.sleep(0.02)  # a and b's next step
-        # waited for at first, then not (a and b close their rounds at once), c replaying them
+        # waited for in its first steps, then not (a and b close their rounds at once), c replaying them
         assert waited[0] and not any(waited[-6:]), waited
         assert r.late.slow() == {"c"} and r.rounds == 12 and replays >= 6
     asyncio.run(go())
+
+
+def test_slow_is_against_the_others_median_and_says_nothing_on_jitter() -> None:
+    from p2pnode.sync.lateness import WARMUP, Lateness
+
+    late = Lateness()
+    for _ in range(WARMUP + 20):
+        for node, took in {"a": 0.080, "b": 0.085, "c": 0.095, "d": 0.16}.items():
+            late.came(node, took)
+    assert late.slow() == {"d"}  # twice the others' median; c, a fifth over it, is waited for
+    assert late.slow({"a", "d"}) == {"d"} and late.slow({"a", "b", "c"}) == set()
+    quick = Lateness()  # tiny steps: 2 ms against 1 ms is not worth dropping a gradient for
+    for _ in range(WARMUP + 20):
+        quick.came("a", 0.001)
+        quick.came("b", 0.002)
+    assert quick.slow() == set()
 
 
 def test_no_replay_for_the_seeded_q_or_rounds_no_longer_kept() -> None:
