@@ -25,6 +25,18 @@ def reducer(running: set[str], wait: float = 0.2) -> Reducer:
     return Reducer(wait, lambda: set(running))
 
 
+def f32(*v: float) -> bytes:
+    return np.asarray(v, dtype="<f4").tobytes()  # the models go whole, float32
+
+
+async def a_done_b_training(final_wait: float):
+    """Reducer of a and b after one round together; a has sent its model (done training), b
+    has not: (reducer, b's round, a's pending answer)."""
+    r = Reducer(0.2, lambda: {"a", "b"}, final_wait=final_wait)
+    first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
+    return r, first[0].round, asyncio.ensure_future(r.contribute("a", 2, -2, f32(1, 1)))
+
+
 async def both_phases(r: Reducer, nodes: dict[str, tuple[bytes, bytes]], q_round: int = -1):
     first = await asyncio.gather(*(r.contribute(n, 0, q_round, p) for n, (p, _) in nodes.items()))
     second = await asyncio.gather(*(r.contribute(n, 1, o.round, q) for (n, (_, q)), o in zip(nodes.items(), first)
@@ -113,7 +125,6 @@ def test_a_refused_contribution_changes_nothing() -> None:
 def test_the_models_mean_after_training_reaches_latecomers_too() -> None:
     async def go() -> None:
         r = reducer({"a", "b", "c"}, wait=0.2)
-        f32 = lambda *v: np.asarray(v, dtype="<f4").tobytes()  # noqa: E731 - the models go whole, float32
         first = await asyncio.gather(r.contribute("a", 2, -2, f32(1, 3.1)), r.contribute("b", 2, -2, f32(3, 5)))
         assert all(o.count == 2 and o.included for o in first) and first[0].data == f32(2, 4.05)
         late = await r.contribute("c", 2, -2, f32(9, 9))  # after it closed: given the mean, not in it
@@ -150,15 +161,11 @@ def test_a_reducer_with_rounds_of_its_own_ignores_a_claim_of_newer_q() -> None:
 
 def test_a_node_a_step_behind_at_the_end_is_waited_for_and_not_waited_on() -> None:
     async def go() -> None:
-        r = Reducer(0.2, lambda: {"a", "b"}, final_wait=5.0)
-        f32 = lambda *v: np.asarray(v, dtype="<f4").tobytes()  # noqa: E731
-        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
-        rnd = first[0].round
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         # a is done; b still has three steps to take: its rounds do not wait for a, and the
         # models' mean waits for b while b makes progress, beyond the 0.2 s of a phase
-        done = asyncio.ensure_future(r.contribute("a", 2, -2, f32(1, 1)))
+        r, rnd, done = await a_done_b_training(final_wait=5.0)
         for _ in range(3):
             await asyncio.sleep(0.15)
             one = await r.contribute("b", 0, rnd, f16(3))
@@ -175,13 +182,9 @@ def test_a_node_a_step_behind_at_the_end_is_waited_for_and_not_waited_on() -> No
 
 def test_the_models_mean_waits_at_most_final_wait() -> None:
     async def go() -> None:
-        r = Reducer(0.2, lambda: {"a", "b"}, final_wait=0.5)
-        f32 = lambda *v: np.asarray(v, dtype="<f4").tobytes()  # noqa: E731
-        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
-        rnd = first[0].round
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        done = asyncio.ensure_future(r.contribute("a", 2, -2, f32(1, 1)))
+        r, rnd, done = await a_done_b_training(final_wait=0.5)
         while not done.done():  # b trains on and on
             one = await r.contribute("b", 0, rnd, f16(3))
             rnd = (await r.contribute("b", 1, one.round, f16(1))).round
