@@ -105,7 +105,7 @@ class Reducer:
         self.final_result: tuple[bytes, frozenset[str]] | None = None
         self.closed: OrderedDict[tuple[int, int], tuple[bytes, frozenset[str]]] = OrderedDict()
         self.rounds = 0
-        #: who keeps coming late: a round does not wait for them (sync/lateness.py)
+        #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
         self.late = Lateness()
 
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0) -> Outcome:
@@ -170,8 +170,7 @@ class Reducer:
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
             self.members.add(node)
             await self._phase1_closed(self.next_round - 1)  # that round's steps, once there are
-            replay = self._replay(current, self.q_round)
-            return Outcome(self.q_round, b"", 0, False, replay=replay or [])
+            return Outcome(self.q_round, b"", 0, False, replay=self._replay(current, self.q_round))
         bucket = self.open0
         if bucket is None:
             running = self.running()
@@ -179,20 +178,20 @@ class Reducer:
             bucket = self.open0 = _Bucket(self.next_round, expected or {node})
         return await self._add(bucket, node, data, phase=0)
 
-    def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]] | None:
+    def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]]:
         """The means of rounds ``q_round`` + 1 to ``current``, for a node holding the Q factors
         of ``q_round``: stepping along them in order, it takes the steps every node in them
-        took, and its model stays theirs (to the bit, if it took no step of its own). None when
+        took, and its model stays theirs (to the bit, if it took no step of its own). Empty when
         it cannot be done: a node with the seeded Q factors (-1: new, or restarted with a model
         of its own) or one more than MAX_REPLAY rounds behind, or a round no longer kept; such
         a node takes a running node's model instead (``behind``)."""
         if q_round < 0 or not 0 < current - q_round <= MAX_REPLAY:
-            return None
+            return []
         out = []
         for rnd in range(q_round + 1, current + 1):
             first, second = self.closed.get((rnd, 0)), self.closed.get((rnd, 1))
             if first is None or second is None:
-                return None
+                return []
             out.append((rnd, first[0], second[0]))
         return out
 

@@ -282,7 +282,7 @@ class Worker:
                 g.copy_(mean[n].view_as(g))
         return True
 
-    def replay(self, rounds: list[list[Any]]) -> bool | None:
+    def replay(self, rounds: list[list[Any]]) -> bool:
         """Step along the rounds we missed, as every node in them did: our model stays theirs
         (a straggler keeps up without holding the others back). This step's own gradient is
         dropped. A malformed round stops the replay where it is (a local step is not taken)."""
