@@ -226,10 +226,16 @@ class Reducer:
         return await self._add(self._bucket1(rnd, first[1]), node, data, phase=1)
 
     def _bucket1(self, rnd: int, members: frozenset[str]) -> _Bucket:
-        """Round ``rnd``'s phase 1, open: it waits for the nodes its phase 0 averaged."""
+        """Round ``rnd``'s phase 1, open: it waits for the nodes its phase 0 averaged, but not
+        for a slow one: a straggler's late gradient that made it into phase 0 (its P shaped the
+        round's direction) must not make the round wait for it a second time. Late for phase 1,
+        it is answered with the mean all the same and keeps its whole gradient as error
+        feedback (``PowerSync.finish``), so its data is carried into its next contribution."""
         bucket = self.open1.get(rnd)
         if bucket is None:
-            bucket = self.open1[rnd] = _Bucket(rnd, (set(members) - self._done()) or set(members))
+            waited = set(members) - self._done()
+            bucket = self.open1[rnd] = _Bucket(rnd, (waited - self.late.slow(self.running())) or waited
+                                               or set(members))
         return bucket
 
     async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:

@@ -49,6 +49,7 @@ from p2pnode.wire.codec import (
     PayloadError,
 )
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
+from p2pnode.worker.allreduce import AllReduce
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
 from p2pnode.worker.outer import OuterNesterov
 from p2pnode.worker.process import run_spawned
@@ -108,8 +109,8 @@ class Worker:
         #: exchange.sync = "powersgd": the gradients' all-reduce (p2pnode/sync/)
         self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed)
                      if cfg.exchange.sync == "powersgd" else None)
+        self.all_reduce = AllReduce(self.trainer, self.sync, self.sync_phase) if self.sync is not None else None
         self.sync_result: SyncResult | None = None
-        self.synced_at = 0.0  #: when the last all-reduce's answer came (our step's time runs from it)
 
     def send(self, msg: Message) -> None:
         self.conn.send_bytes(encode(msg))
@@ -222,7 +223,7 @@ class Worker:
 
     def step(self) -> None:
         t, c = self.trainer, self.cfg
-        loss = t.train_step(self.all_reduce if self.sync is not None else None)
+        loss = t.train_step(self.all_reduce)
         if not math.isfinite(loss):
             self.recover()
         if c.compression.publish_on == "steps":
@@ -243,63 +244,6 @@ class Worker:
                 self.final_mean()
             self.evaluate(0)  # the final figure on the whole test set
 
-    def all_reduce(self) -> bool | None:
-        """The trainer's hook in the synchronous mode (``_all_reduce``), timing our steps."""
-        try:
-            return self._all_reduce()
-        finally:
-            self.synced_at = time.monotonic()  # our next step's time runs from the mean (or replay) we took
-
-    def _all_reduce(self) -> bool | None:
-        """exchange.sync: the model's gradients become the network's mean gradient (PowerSGD's
-        two phases through the daemon). Too late for the round, we step along the rounds we
-        missed instead (False: the trainer takes no step of its own). Whatever fails (no reducer
-        in time, a malformed mean) leaves our own gradient: a local step, never a wait beyond
-        the bound."""
-        sync = self.sync
-        assert sync is not None
-        grads = {n: p.grad for n, p in self.trainer.model.named_parameters() if p.grad is not None}
-        took = time.monotonic() - self.synced_at if self.synced_at else 0.0
-        try:
-            first = self.sync_phase(0, sync.q_round, sync.phase0(grads), took)
-            if first is None:
-                return None
-            if not first.included:
-                if first.replay:
-                    return self.replay(first.replay)
-                if first.data and first.round >= 0:  # our Q fell behind: the current ones, for the next step
-                    sync.resync(first.data, first.round)
-                return None
-            second = self.sync_phase(1, first.round, sync.phase1(first.data))
-            if second is None or not second.data:
-                return None
-            mean = sync.finish(second.data, second.round, second.included)
-        except (KeyError, ValueError) as exc:
-            log.warning("all-reduce result refused (%s): a local step", exc)
-            return None
-        with torch.no_grad():
-            for n, g in grads.items():
-                g.copy_(mean[n].view_as(g))
-        return True
-
-    def replay(self, rounds: list[list[Any]]) -> bool:
-        """Step along the rounds we missed, as every node in them did: our model stays theirs
-        (a straggler keeps up without holding the others back). This step's own gradient is
-        dropped. A malformed round stops the replay where it is (a local step is not taken)."""
-        sync = self.sync
-        assert sync is not None
-        t = self.trainer
-        t.drop_step()
-        with torch.no_grad():
-            for rnd, mean0, mean1 in rounds:
-                try:
-                    grads = sync.rebuild(bytes(mean0), bytes(mean1), int(rnd))
-                except (KeyError, ValueError) as exc:
-                    log.warning("replay of round %s refused (%s)", rnd, exc)
-                    break
-                t.step_along(grads)
-        return False
-
     def final_mean(self) -> None:
         """exchange.sync, after the last step: our model becomes the mean of every node's (what
         a node missed on the way, a restart or a late round, is evened out, and all end alike)."""
@@ -319,11 +263,11 @@ class Worker:
                 at += tensor.numel()
         self.publish(full=True)
 
-    def sync_phase(self, phase: int, rnd: int, data: bytes, took: float = 0.0) -> SyncResult | None:
+    def sync_phase(self, phase: int, rnd: int, data: bytes, took: float = 0.0, stale: int = 0) -> SyncResult | None:
         """Send one phase's contribution and wait for its mean (handling what else comes)."""
         x = self.cfg.exchange
         self.sync_result = None
-        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took))
+        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took, stale=stale))
         deadline = time.monotonic() + 2 * (x.sync_timeout + x.timeout) + 1.0
         while self.running:
             got = self.sync_result

@@ -257,3 +257,26 @@ def test_no_replay_for_the_seeded_q_or_rounds_no_longer_kept() -> None:
         gone = await r.contribute("c", 0, 0, f16(1))
         assert gone.behind and not gone.replay
     asyncio.run(go())
+
+
+def test_a_slow_node_in_phase_zero_is_not_waited_for_in_phase_one() -> None:
+    """A straggler's late gradient, offered again, made the next round's phase 0 (its P counts):
+    the round's phase 1 still closes on the others, and the straggler coming after is answered
+    with that mean, not in it (it keeps its gradient as error feedback)."""
+    from p2pnode.sync.lateness import WARMUP
+
+    async def go() -> None:
+        r = reducer({"a", "b", "s"}, wait=2.0)
+        for _ in range(WARMUP + 5):
+            for node, took in {"a": 0.05, "b": 0.05, "s": 0.12}.items():
+                r.late.came(node, took)
+        assert r.late.slow() == {"s"}
+        first = await asyncio.gather(*(r.contribute(n, 0, -1, f16(v)) for n, v in (("s", 5), ("a", 1), ("b", 3))))
+        assert all(o.included and o.count == 3 for o in first) and values(first[0].data) == [3.0]
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(v)) for n, v in (("a", 1), ("b", 3))))
+        assert loop.time() - t0 < 1.0 and all(o.included and o.count == 2 for o in second)  # not the 2 s wait
+        late = await r.contribute("s", 1, first[0].round, f16(9))
+        assert late.data == second[0].data and not late.included
+    asyncio.run(go())

@@ -1,17 +1,25 @@
 """A node that missed rounds and steps along them (``ShardTrainer.step_along`` on
-``PowerSync.rebuild``, what ``Worker.replay`` does) holds, to the bit, the model of a node that
-took them: the same learning rate, clipping, momentum and step count. Real trainers on the
-synthetic data, the real reducer."""
+``PowerSync.rebuild``, what ``AllReduce.replay`` does) holds, to the bit, the model of a node
+that took them: the same learning rate, clipping, momentum and step count; and its gradient,
+offered again to the next round (``worker/allreduce.py``), joins it without moving it off the
+others' model. Real trainers on the synthetic data, the real reducer."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Callable
 
+import pytest
 import torch
 
 from p2pnode.config import Config
+from p2pnode.sync.lateness import WARMUP
+from p2pnode.sync.messages import SyncResult
 from p2pnode.sync.powersgd import PowerSync
 from p2pnode.sync.reducer import Reducer
+from p2pnode.worker.allreduce import MAX_STALE, AllReduce
 from p2pnode.worker.training import ShardTrainer
 
 
@@ -63,3 +71,80 @@ def test_a_node_replaying_the_rounds_it_missed_holds_the_same_model_to_the_bit()
     mb = b.optimizer.state_dict()["state"]
     assert all(torch.equal(ma[k]["momentum_buffer"], mb[k]["momentum_buffer"]) for k in ma)
     loop.close()
+
+
+def until(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("missed", [2, MAX_STALE + 1])
+@pytest.mark.parametrize("in_phase1", [True, False])
+def test_a_late_gradient_offered_again_joins_the_next_round_and_the_models_stay_equal(
+        missed: int, in_phase1: bool) -> None:
+    """b (slow: its rounds are not waited for) comes ``missed`` rounds late, replays them, and
+    offers its gradient to the next round: in it when no more than MAX_STALE rounds old (in
+    phase 1 too, or too late for it: then its whole gradient stays owed as error feedback),
+    dropped when older. Either way b ends on a's model, momentum and step, to the bit."""
+    a, b = trainer("0/2"), trainer("1/2")
+    sa, sb = (PowerSync(list(t.model.named_parameters()), 2, 0) for t in (a, b))
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    red = Reducer(5.0, lambda: {"a", "b"})
+    for _ in range(WARMUP + 5):
+        red.late.came("a", 0.05)
+        red.late.came("b", 0.2)
+
+    def call(node: str, phase: int, rnd: int, data: bytes) -> SyncResult:
+        out = asyncio.run_coroutine_threadsafe(red.contribute(node, phase, rnd, data), loop).result(10)
+        return SyncResult(phase=phase, round=out.round, data=out.data, count=out.count, included=out.included,
+                          replay=[list(r) for r in out.replay])
+
+    def a_reduces() -> bool:
+        grads = {n: p.grad for n, p in a.model.named_parameters() if p.grad is not None}
+        first = call("a", 0, sa.q_round, sa.phase0(grads))
+        if in_phase1 and "b" in red.closed[(first.round, 0)][1]:
+            until(lambda: "b" in getattr(red.open1.get(first.round), "parts", ()), "b's phase 1")
+        second = call("a", 1, first.round, sa.phase1(first.data))
+        mean = sa.finish(second.data, second.round, second.included)
+        with torch.no_grad():
+            for n, g in grads.items():
+                g.copy_(mean[n].view_as(g))
+        return True
+
+    def b_phase(phase: int, rnd: int, data: bytes, took: float, stale: int) -> SyncResult:
+        if phase == 1 and not in_phase1:
+            until(lambda: (rnd, 1) in red.closed, "a's phase 1")
+        return call("b", phase, rnd, data)
+
+    a.train_step(a_reduces)  # round 0: b takes it from the reducer as it starts
+    b.step_along(sb.rebuild(red.closed[(0, 0)][0], red.closed[(0, 1)][0], 0))
+    for _ in range(missed):
+        a.train_step(a_reduces)
+    hook, results = AllReduce(b, sb, b_phase), []
+
+    def b_hook() -> bool | None:
+        results.append(hook())
+        return results[-1]
+
+    b_steps = threading.Thread(target=b.train_step, args=(b_hook,))
+    b_steps.start()
+    if missed <= MAX_STALE:  # b's gradient waits in the next round's phase 0, then a comes
+        until(lambda: red.open0 is not None and "b" in red.open0.parts, "b's stale gradient")
+        a.train_step(a_reduces)
+    b_steps.join(10)
+    nxt = missed + 1
+    if missed <= MAX_STALE:
+        assert results == [True]
+        assert red.closed[(nxt, 0)][1] == {"a", "b"} and ("b" in red.closed[(nxt, 1)][1]) == in_phase1
+        owed = [torch.equal(sb.err[n], sb._m[n]) for n in sb.err]
+        assert all(owed) != in_phase1  # out of phase 1, its whole gradient is still owed
+    else:
+        assert results == [False] and red.open0 is None  # too stale: dropped, not offered
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    assert (b.step, b.samples) == (a.step, a.samples)
+    ma, mb = a.optimizer.state_dict()["state"], b.optimizer.state_dict()["state"]
+    assert all(torch.equal(ma[k]["momentum_buffer"], mb[k]["momentum_buffer"]) for k in ma)
+    loop.call_soon_threadsafe(loop.stop)
