@@ -31,7 +31,7 @@ from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
-from p2pnode.sync.reducer import MAX_REPLAY, Outcome, Reducer, SyncRefused
+from p2pnode.sync.reducer import MAX_REPLAY, REST_ROUNDS, Outcome, Reducer, SyncRefused
 
 log = logging.getLogger("p2pnode.sync")
 
@@ -52,29 +52,37 @@ class SyncActor:
         self.node_id = node_id
         self.peers = peers  #: the running peers (not us)
         self.body_limit = body_limit
-        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout)
+        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
-                       "replayed": 0, "final_count": 0, "stale_offered": 0, "stale_included": 0}
+                       "replayed": 0, "final_count": 0, "stale_offered": 0, "stale_included": 0,
+                       "stood_down": 0}
         self._caught_up_at = -CATCH_UP_EVERY
         self.unreachable: dict[str, float] = {}
+        #: reducers that stood down (their node is slow): passed over for the rounds before this one
+        self.passed_over: dict[str, int] = {}
+        self.making = 0  #: the round our last contribution was for
         self.last_reducer = ""
         self.last_count = 0
 
     def _running(self) -> set[str]:
         return {m.node_id for m in self.peers()} | {self.node_id}
 
-    def reducer_of(self) -> tuple[str, str]:
-        """(id, address) of the reducer we take: the lowest id among the running members, but
-        not one we could not reach in the last UNREACHABLE_FOR seconds (every node finds a dead
-        reducer so at once, and all take the same next one before membership says it is dead)."""
+    def reducer_of(self, making: int = 0) -> tuple[str, str]:
+        """(id, address) of the reducer we take for round ``making``: the lowest id among the
+        running members ("" the address for ours), but not one we could not reach in the last
+        UNREACHABLE_FOR seconds (every node finds a dead reducer so at once, and all take the
+        same next one before membership says it is dead), nor one that stood down for rounds
+        up to ``making`` (every node is told so at the same round, and comes back at the same
+        one). None left: ours."""
         now = time.monotonic()
-        best = (self.node_id, "")
-        for m in self.peers():
-            if m.node_id < best[0] and self.unreachable.get(m.node_id, 0.0) <= now:
-                best = (m.node_id, m.addr)
-        return best
+        best: tuple[str, str] | None = None
+        for node, addr in [(m.node_id, m.addr) for m in self.peers()] + [(self.node_id, "")]:
+            if (self.unreachable.get(node, 0.0) <= now and making >= self.passed_over.get(node, 0)
+                    and (best is None or node < best[0])):
+                best = (node, addr)
+        return best or (self.node_id, "")
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(SYNC_PATH, self.post)
@@ -156,8 +164,26 @@ class SyncActor:
         return out if out is not None else Outcome(msg.round, b"", 0, False)
 
     async def _contribute_once(self, msg: SyncContribute) -> Outcome | None:
-        rid, addr = self.reducer_of()
+        if msg.phase != FINAL:
+            self.making = msg.round + 1 if msg.phase == 0 else msg.round
+        rid, addr = self.reducer_of(self.making)
         self.last_reducer = rid
+        out = await self._through(rid, addr, msg)
+        if out is None or not out.step_down:
+            return out
+        if not self.making < out.step_down <= self.making + 2 * REST_ROUNDS:
+            log.warning("%s stood down until round %d, at our round %d: a local step", rid, out.step_down, self.making)
+            self.totals["failures"] += 1
+            return Outcome(msg.round, b"", 0, False)
+        if rid not in self.passed_over or self.passed_over[rid] != out.step_down:
+            log.info("the reducer %s stood down (its node is slow) until round %d: the next one meanwhile",
+                     rid, out.step_down)
+        self.passed_over[rid] = out.step_down
+        self.totals["stood_down"] += 1
+        return None  # through the next reducer
+
+    async def _through(self, rid: str, addr: str, msg: SyncContribute) -> Outcome | None:
+        """One contribution through reducer ``rid`` (ours when it is us); None: not reached."""
         wait = self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout
         if rid == self.node_id:
             try:
@@ -188,7 +214,7 @@ class SyncActor:
                 raise ValueError(f"a replay of {len(replay) if isinstance(replay, list) else '?'} rounds")
             return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]),
                            bool(body.get("behind", False)),
-                           [(int(r), bytes(m0), bytes(m1)) for r, m0, m1 in replay])
+                           [(int(r), bytes(m0), bytes(m1)) for r, m0, m1 in replay], int(body.get("step_down") or 0))
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
             self.totals["failures"] += 1
@@ -223,13 +249,15 @@ class SyncActor:
         self.totals["bytes_received"] += len(body)
         self.totals["bytes_sent"] += len(out.data) + sum(len(m0) + len(m1) for _, m0, m1 in out.replay)
         return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
-                                                "behind": out.behind, "data": out.data,
+                                                "behind": out.behind, "data": out.data, "step_down": out.step_down,
                                                 "replay": [list(r) for r in out.replay]}, use_bin_type=True),
                             content_type=MSGPACK)
 
     def status(self) -> dict[str, Any]:
         late = self.reducer.late
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.last_reducer,
+                # this node's reducer stood down until this round (0: it did not); reducers we pass over
+                "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
                 # as this node's reducer sees them (empty elsewhere): not waited for, everyone's step time
                 "slow": sorted(late.slow(self._running())),

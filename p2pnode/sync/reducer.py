@@ -14,6 +14,13 @@ them. A node done training is no longer waited for in the others' steps, and the
 a node a step or a few behind while it still steps (up to ``exchange.timeout`` in all), so a
 step count one off at the end costs neither a lonely last step nor a node left out of the mean.
 
+A reducer whose own node is the slow one (its step time, ``sync/lateness.py``, for ``SUSTAIN``
+round starts in a row) *stands down*: it answers every contribution with ``step_down`` R, a
+round ``REST_ROUNDS`` ahead, and the nodes take the next lowest id for every round before R
+(``sync/actor.py``); at R they come back to it, fresh, and it measures again. Waiting for a
+slow node's phase is what the slow rule avoids; a slow reducer would hold every phase of every
+round to its pace (its daemon runs on the same slow machine).
+
 PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
 (the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
 last phase 1 closed (``round`` names it): a node whose Q is older (it missed a round, or
@@ -38,6 +45,14 @@ KEEP = 64
 MAX_REPLAY = 16
 #: contributors one phase takes at most (the rest are refused)
 MAX_MEMBERS = 1024
+#: round starts in a row that must find our own node slow before we stand down (a false alarm
+#: costs little: another node reduces for a while)
+SUSTAIN = 8
+#: rounds a reducer that stood down leaves to the next lowest id before it measures again
+REST_ROUNDS = 1000
+#: seconds without a round closed after which a reducer follows a claim of newer Q factors as a
+#: fresh one does (it stood in for a reducer that stood down, which has since taken over again)
+IDLE_RESET = 1.0
 
 
 
@@ -59,6 +74,9 @@ class Outcome:
     #: the rounds we missed, (round, phase-0 mean, phase-1 mean) each, to step along in order
     #: instead of a step of our own: the model stays the others' (see ``Reducer._replay``)
     replay: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    #: the reducer stood down (its own node is slow): take the next lowest id for the rounds
+    #: before this one (0: it did not)
+    step_down: int = 0
 
 
 @dataclass
@@ -92,10 +110,15 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
 
 
 class Reducer:
-    def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0) -> None:
+    def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "") -> None:
         self.wait = wait
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
+        self.me = me  #: our own node's id ("": never stand down)
+        #: we stood down: rounds before this one are the next reducer's (0: we reduce)
+        self.resting_until = 0
+        self._slow_run = 0  #: round starts in a row that found our own node slow
+        self._last_close = 0.0  #: loop time of the last phase 1 closed
         self.next_round = 0
         self.q_round: int | None = None  #: the round of the last phase 1 closed (None: none yet)
         self.members: set[str] = set()  #: the last round's phase-0 members
@@ -108,6 +131,34 @@ class Reducer:
         #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
         self.late = Lateness()
 
+    def _fresh(self) -> None:
+        """Forget every round, as a reducer that has closed none: the next follows on from the
+        newest Q factors a contributor holds (standing down, or standing in again)."""
+        self.q_round, self.rounds, self.members = None, 0, set()
+        self.closed.clear()
+        self.late = Lateness()
+        self._slow_run = 0
+
+    def _stands_down(self, making: int, phase: int) -> int:
+        """For a contribution to round ``making``: the round from which we reduce again if we
+        stand down now or have stood down (0: we reduce this one). Decided only as a round
+        starts (a phase 0, none open), so no round is split between two reducers."""
+        if self.resting_until:
+            if making < self.resting_until:
+                return self.resting_until
+            self.resting_until = 0  # our turn again: measured afresh
+            return 0
+        if phase != 0 or self.open0 is not None or self.open1 or not self.me:
+            return 0
+        running = self.running()
+        slow = len(running) >= 2 and running <= self.late.step.keys() and self.me in self.late.slow(running)
+        self._slow_run = self._slow_run + 1 if slow else 0
+        if self._slow_run < SUSTAIN:
+            return 0
+        self.resting_until = max(self.next_round, making) + REST_ROUNDS
+        self._fresh()
+        return self.resting_until
+
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0) -> Outcome:
         """``took``: phase 0, the seconds the contributor's step took (who is slow: lateness.py)."""
         final = self.final
@@ -116,14 +167,19 @@ class Reducer:
             # a node still training (its step count behind the others' by a step or a few): the
             # models' mean waits for it while it makes progress, not a fixed time from the first
             self._arm(final, FINAL, restart=True)
+        if phase not in (0, 1, FINAL):
+            raise SyncRefused(f"phase is 0, 1 or {FINAL}, not {phase}")
+        if phase != FINAL or self.resting_until:
+            # the round this contribution is for (phase 0 names the Q factors' round, the one before)
+            until = self._stands_down(rnd + 1 if phase == 0 else rnd if phase == 1 else self.resting_until - 1, phase)
+            if until:
+                return Outcome(rnd, b"", 0, False, step_down=until)
         if phase == 0:
             self.late.came(node, took)
             return await self._phase0(node, rnd, data)
         if phase == 1:
             return await self._phase1(node, rnd, data)
-        if phase == FINAL:
-            return await self._final(node, data)
-        raise SyncRefused(f"phase is 0, 1 or {FINAL}, not {phase}")
+        return await self._final(node, data)
 
     async def _final(self, node: str, data: bytes) -> Outcome:
         """The models at the end of training, averaged once: whatever a node missed on the way
@@ -149,6 +205,9 @@ class Reducer:
         return set(self.final.parts) if self.final is not None else set()
 
     async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
+        if (self.q_round is not None and q_round > self.q_round and self.open0 is None and not self.open1
+                and asyncio.get_running_loop().time() - self._last_close > IDLE_RESET):
+            self._fresh()  # we stood in for a while and have been idle since: follow on as a fresh reducer
         if self.q_round is None or (q_round > self.q_round and self.rounds == 0 and not self.open1):
             # a reducer that has closed no round yet (the first, one taking over, or one that
             # restarted): the newest Q factors held are the current ones, and the next round
@@ -292,5 +351,6 @@ class Reducer:
             self.open1.pop(bucket.round, None)
             self.q_round = bucket.round
             self.rounds += 1
+            self._last_close = asyncio.get_running_loop().time()
         bucket.parts.clear()
         bucket.done.set_result((mean, members))

@@ -280,3 +280,49 @@ def test_a_slow_node_in_phase_zero_is_not_waited_for_in_phase_one() -> None:
         late = await r.contribute("s", 1, first[0].round, f16(9))
         assert late.data == second[0].data and not late.included
     asyncio.run(go())
+
+
+def test_a_reducer_whose_own_node_is_slow_stands_down_for_a_while_then_comes_back_fresh(monkeypatch) -> None:
+    """Its node slow at SUSTAIN round starts in a row (every node timed), the reducer answers the
+    next round's contributions, and any other phase, with ``step_down``: the round from which it
+    reduces again. At that round it follows the others' Q factors as a fresh reducer."""
+    from p2pnode.sync import reducer as mod
+    from p2pnode.sync.lateness import WARMUP
+
+    monkeypatch.setattr(mod, "REST_ROUNDS", 5)
+
+    async def go() -> None:
+        r = Reducer(2.0, lambda: {"r", "a", "b"}, me="r")
+        rnd = -1
+        for i in range(WARMUP + mod.SUSTAIN - 1):  # timed from its WARMUP + 1st step, then SUSTAIN - 1 more
+            if i == WARMUP - 1:
+                assert r.late.slow() == set()  # not before every node is timed
+            for n, took in (("r", 0.2), ("a", 0.05), ("b", 0.05)):
+                r.late.came(n, took)
+            first, second = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, rnd)
+            assert all(o.included and not o.step_down for o in first + second), i
+            rnd = second[0].round
+        down = await r.contribute("a", 0, rnd, f16(1))
+        assert not down.included and down.step_down == rnd + 1 + 5 and r.resting_until == down.step_down
+        again = await asyncio.gather(r.contribute("b", 1, rnd, f16(1)), r.contribute("b", 2, -2, f32(1)))
+        assert all(o.step_down == down.step_down and not o.included for o in again)
+        back = await asyncio.gather(*(r.contribute(n, 0, down.step_down - 1, f16(v)) for n, v in (("a", 1), ("b", 3))))
+        assert all(o.included and o.round == down.step_down and not o.step_down for o in back)
+        assert r.resting_until == 0 and r.late.step == {}  # measured afresh
+    asyncio.run(go())
+
+
+def test_a_reducer_idle_for_a_while_follows_a_claim_of_newer_q(monkeypatch) -> None:
+    """It stood in for a reducer that stood down, which has since taken over again: when the
+    rounds come back to it, they are far past its last."""
+    from p2pnode.sync import reducer as mod
+
+    monkeypatch.setattr(mod, "IDLE_RESET", 0.1)
+
+    async def go() -> None:
+        r = reducer({"a", "b"})
+        first, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))})
+        await asyncio.sleep(0.15)
+        later, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, first[0].round + 40)
+        assert all(o.included and o.round == first[0].round + 41 for o in later)
+    asyncio.run(go())
