@@ -236,6 +236,18 @@ def finished(status: dict[str, Any]) -> bool:
     return bool(t["done"]) and t["eval_step"] >= t["step"] and bool(agreed)
 
 
+def node_ids(cluster: Cluster, timeout: float = 60.0) -> list[str]:
+    """Every node's id, once each answers its status (an id is drawn at a node's first start)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = cluster.statuses()
+        if all(s is not None for s in statuses):
+            return [s["node_id"] for s in statuses if s is not None]
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not every node answered its status in {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[str] = (), port: int = 7571,
           timeout: float = 900.0, place: Place = loopback, kill_last_at: float = 0.0, restart_after: float = -1.0,
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,

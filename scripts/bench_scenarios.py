@@ -11,7 +11,8 @@ both systems.
 Scenarios: ``iid`` (interleaved shards), ``dir0.5`` / ``dir0.1`` (per-class proportions from
 Dirichlet(alpha)), ``classes2`` (2 chunks of label-sorted data per node), ``thin25`` (every link
 at 25 Mbit/s: network namespaces and tc tbf, root only), ``straggler`` (node 3 at half speed:
-SIGSTOP/SIGCONT duty cycle; DDP's rank 3 the same), ``kill`` (node 3 SIGKILLed half-way and
+SIGSTOP/SIGCONT duty cycle; DDP's rank 3 the same), ``straggler-reducer`` (the same, but the
+node at half speed is the one with the lowest id: the synchronous mode's reducer), ``kill`` (node 3 SIGKILLed half-way and
 restarted on its state; DDP's rank 3 killed at the same step: DDP cannot go on). The partition
 seed is the same for both systems; ``--seed`` (repeat r: seed + r) is DDP's initial model and
 batch orders and p2pnode's ``training.seed``, so repeats sample both systems (DDP is deterministic
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib.cluster import ROOT, Cluster, TrainResult, loopback, train
+from benchlib.cluster import ROOT, Cluster, TrainResult, loopback, node_ids, train
 from benchlib.ddp import DdpRun, run_ddp
 from benchlib.netns import Topology, unavailable
 from benchlib.procs import DutyCycle
@@ -45,6 +46,9 @@ class Scenario:
     partition: str = "iid"
     rate: str = ""  #: every link limited to this (netns + tc tbf)
     straggler: bool = False  #: node 3 at half speed
+    #: with ``straggler``: the node at half speed is the one with the lowest id instead (the
+    #: synchronous mode's reducer; DDP's rank 3 all the same: it waits for any rank)
+    slow_reducer: bool = False
     kill: bool = False  #: node 3 SIGKILLed half-way, then restarted
 
 
@@ -55,6 +59,8 @@ SCENARIOS = {s.name: s for s in [
     Scenario("classes2", "2 label-sorted chunks per node", "classes:k=2"),
     Scenario("thin25", "every link 25 Mbit/s, even shards", rate="25mbit"),
     Scenario("straggler", "node 3 at half speed, even shards", straggler=True),
+    Scenario("straggler-reducer", "the node with the lowest id at half speed, even shards", straggler=True,
+             slow_reducer=True),
     Scenario("kill", "node 3 SIGKILLed half-way and restarted, even shards", kill=True),
 ]}
 
@@ -240,8 +246,15 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     extra = ["--set", f"training.partition={sc.partition}", "--set", f"training.partition_seed={args.partition_seed}",
              *(["--set", f"training.seed={seed}"] if seed else []), *VARIANTS[variant]]
 
+    slowed = [args.nodes - 1]  # the node at half speed, once chosen
+
     def slow_last(cluster: Cluster) -> DutyCycle | None:
-        return DutyCycle([cluster.nodes[-1].pid], 0.5) if sc.straggler else None
+        if not sc.straggler:
+            return None
+        if sc.slow_reducer:
+            ids = node_ids(cluster)
+            slowed[0] = ids.index(min(ids))
+        return DutyCycle([cluster.nodes[slowed[0]].pid], 0.5)
 
     before = topo.counters()[0] if topo else 0
     samples = args.p2p_samples or args.samples
@@ -249,12 +262,12 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
                              restart_after=2.0 if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger)
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
-    fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == 3)]
+    fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == slowed[0])]
     row = Row(sc.name, f"p2pnode {variant}" + (f", seed {seed}" if args.repeat > 1 else ""), res.accuracies, sent,
               max(fast) if fast else res.max_train_s)
     if sc.straggler:
-        slow = [r.train_seconds for r in res.rows if r.node == 3 and r.train_seconds is not None]
-        row.note = f"fast nodes' time; node 3 took {slow[0]:.0f} s" if slow else ""
+        slow = [r.train_seconds for r in res.rows if r.node == slowed[0] and r.train_seconds is not None]
+        row.note = f"fast nodes' time; node {slowed[0]} took {slow[0]:.0f} s" if slow else ""
     if args.stagger:
         row.note = (row.note + "; " if row.note else "") + f"nodes started {args.stagger:.0f} s apart"
     if samples != args.samples:
