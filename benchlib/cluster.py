@@ -150,9 +150,6 @@ class NodeResult:
     outliers: int = 0  #: peer models refused as outliers (exchange.robust)
     sync_missed: int = 0  #: exchange.sync: rounds its contribution was not in (late, behind)
     sync_replayed: int = 0  #: exchange.sync: rounds it missed and stepped along afterwards
-    #: exchange.sync: its late gradients offered again to a later round, and those that made it
-    sync_stale_offered: int = 0
-    sync_stale_in: int = 0
     #: exchange.sync, on the reducer: each node's average step time, ms (who is not waited for:
     #: sync/lateness.py)
     sync_step_ms: dict[str, float] | None = None
@@ -316,8 +313,6 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
                                received=b.get("model_received", 0) + b.get("sync_received", 0), exchanges=ex.get("done", 0),
                                skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0),
                                outliers=ex.get("outliers", 0), sync_missed=y.get("missed", 0),
-                               sync_replayed=y.get("replayed", 0),
-                               sync_stale_offered=y.get("stale_offered", 0), sync_stale_in=y.get("stale_included", 0),
-                               sync_step_ms=y.get("step_ms") or None,
+                               sync_replayed=y.get("replayed", 0), sync_step_ms=y.get("step_ms") or None,
                                node_id=s.get("node_id", "")))
     return TrainResult(name, rows, killed is not None or restarted, wall)

@@ -131,7 +131,6 @@ def render_status(s: dict[str, Any]) -> str:
         y = s["sync"]
         lines.append(f"sync      {y['mode']} rank {y['rank']}  reducer {y['reducer']}  rounds {y['rounds']}  "
                      f"included {y['included']}  missed {y['missed']}  replayed {y.get('replayed', 0)}  "
-                     f"late gradients in {y.get('stale_included', 0)}/{y.get('stale_offered', 0)}  "
                      f"failures {y['failures']}  last count {y['last_count']}  received {b.get('sync_received', 0)}"
                      + (f"  not waited for (slow): {' '.join(y['slow'])}" if y.get("slow") else ""))
     lines.append("members:")

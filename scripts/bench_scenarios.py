@@ -275,9 +275,7 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     missed = [r.sync_missed for r in res.rows]
     if any(missed):  # exchange.sync: a run with no missed round is deterministic; say where one was not
         replayed = [r.sync_replayed for r in res.rows]
-        stale = [f"{r.sync_stale_in}/{r.sync_stale_offered}" for r in res.rows]
-        row.note = (row.note + "; " if row.note else "") + (f"rounds missed {missed}, replayed {replayed}, "
-                                                            f"late gradients in {stale}")
+        row.note = (row.note + "; " if row.note else "") + f"rounds missed {missed}, replayed {replayed}"
     if len(res.accuracies) < args.nodes:
         row.note = (row.note + "; " if row.note else "") + f"{len(res.accuracies)} of {args.nodes} checkpoints"
     append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,

@@ -123,8 +123,8 @@ def test_the_others_go_on_when_the_reducer_dies(cluster) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("slow", ["a node", "the reducer"])
 def test_a_straggler_is_not_waited_for_and_keeps_up_by_replaying(cluster, slow: str) -> None:
-    """A node at 30 % speed is not waited for, replays the rounds it misses and offers its late
-    gradient to the next; when it is the reducer, it stands down for the next lowest id."""
+    """A node at 30 % speed is not waited for and replays the rounds it misses; when it is the
+    reducer, it stands down for the next lowest id."""
     from benchlib.procs import DutyCycle
 
     run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=2", "--set", "training.min_peers=2",
@@ -140,7 +140,6 @@ def test_a_straggler_is_not_waited_for_and_keeps_up_by_replaying(cluster, slow: 
     theirs, mine = reducer.status()["sync"], straggler.status()["sync"]
     assert theirs["slow"] == [straggler.status()["node_id"]] and theirs["reduced_here"] > 10, str(theirs)
     assert mine["replayed"] > 10 and mine["failures"] == 0, str(mine)  # it stepped along the rounds it missed
-    assert mine["stale_offered"] > 0, str(mine)  # and offered its gradient to the round after them
     if slow == "the reducer":  # it stood down: every node, itself too, passed it over
         assert mine["resting_until"] > 0 and theirs["passed_over"] == {order[0]: mine["resting_until"]}, str(mine)
     steps = [n.status()["training"]["step"] for n in nodes]

@@ -56,8 +56,7 @@ class SyncActor:
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
-                       "replayed": 0, "final_count": 0, "stale_offered": 0, "stale_included": 0,
-                       "stood_down": 0}
+                       "replayed": 0, "final_count": 0, "stood_down": 0}
         self._caught_up_at = -CATCH_UP_EVERY
         self.unreachable: dict[str, float] = {}
         #: reducers that stood down (their node is slow): passed over for the rounds before this one
@@ -102,10 +101,7 @@ class SyncActor:
         elif msg.phase == 1:
             self.totals["rounds"] += 1
             self.totals["included" if outcome.included else "missed"] += 1
-        elif msg.phase == 0 and msg.stale:
-            self.totals["stale_offered"] += 1
-            self.totals["stale_included"] += outcome.included
-        if msg.phase == 0 and not outcome.included:
+        elif msg.phase == 0 and not outcome.included:
             self.totals["missed"] += 1
             self.totals["replayed"] += len(outcome.replay)
             if outcome.behind:

@@ -25,9 +25,6 @@ class SyncContribute(Message):
     data: bytes
     #: phase 0: seconds our step took since the last mean we applied (who is slow: lateness.py)
     took: float = 0.0
-    #: phase 0: our gradient is this many rounds old (a late one, offered again after replaying
-    #: the rounds it missed: worker/allreduce.py); 0, this step's
-    stale: int = 0
 
 
 @dataclass

@@ -136,11 +136,16 @@ class PowerSync:
         return grads, approx
 
     def finish(self, mean1: bytes, rnd: int, included: bool) -> dict[str, torch.Tensor]:
-        """The network's mean gradient, rank-r, for every tensor; our error feedback and Q move on."""
+        """The network's mean gradient, rank-r, for every tensor; our Q moves on, and our error
+        feedback too when the mean carried our share (``included``). Left out of phase 1 (a
+        slow node, not waited for there), this step's gradient is dropped, not owed: owing it
+        piled up a slow node's late gradients in its error until one contribution carried them
+        all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
+        with a straggler, docs/BENCHMARKS.md)."""
         grads, approx = self._approx(mean1, rnd)
-        for name, a in approx.items():
-            # in the mean or not, the whole of M is owed until a mean carried our share of it
-            self.err[name] = self._m[name] - a if included else self._m[name]
+        if included:
+            for name, a in approx.items():
+                self.err[name] = self._m[name] - a
         return grads
 
     def rebuild(self, mean0: bytes, mean1: bytes, rnd: int) -> dict[str, torch.Tensor]:

@@ -286,10 +286,9 @@ class Reducer:
 
     def _bucket1(self, rnd: int, members: frozenset[str]) -> _Bucket:
         """Round ``rnd``'s phase 1, open: it waits for the nodes its phase 0 averaged, but not
-        for a slow one: a straggler's late gradient that made it into phase 0 (its P shaped the
-        round's direction) must not make the round wait for it a second time. Late for phase 1,
-        it is answered with the mean all the same and keeps its whole gradient as error
-        feedback (``PowerSync.finish``), so its data is carried into its next contribution."""
+        for a slow one: a straggler whose phase 0 happened to make the round must not make it
+        wait a second time. Late for phase 1, it is answered with the mean all the same and
+        drops that step's gradient (``PowerSync.finish``)."""
         bucket = self.open1.get(rnd)
         if bucket is None:
             waited = set(members) - self._done()

@@ -5,13 +5,11 @@ Each step's gradient goes through PowerSGD's two phases (``sync/powersgd.py``) a
 (``sync/reducer.py``), and every node steps along the same mean. A node whose phase 0 comes
 after its round closed (a straggler: the reducer stops waiting for it, ``sync/lateness.py``) is
 answered with the means of the rounds it missed; it steps along them as every node in them did,
-so its model stays the others' to the bit. Its own gradient is not thrown away: it is offered
-again to the next round, with that round's Q factors, stale by the rounds just replayed (at
-most ``MAX_STALE``), as bounded-staleness SGD does (Ho et al. 2013, *More Effective Distributed
-ML via a Stale Synchronous Parallel Parameter Server*). In time for that round, the node steps
-with everyone and its data counts; late again, it replays again. Whatever fails (no reducer in
-time, a malformed mean) before any replay leaves our own gradient: a local step, never a wait
-beyond the bound.
+so its model stays the others' to the bit; the gradient it computed meanwhile is dropped, as a
+backup worker's is (Chen et al. 2016). Offering it to the next round instead, stale by the
+rounds replayed, was measured and lost 0.6–0.8 pt (docs/BENCHMARKS.md, "Scenarios, thirteenth
+round"). Whatever fails (no reducer in time, a malformed mean) leaves our own gradient: a local
+step, never a wait beyond the bound.
 """
 
 from __future__ import annotations
@@ -29,13 +27,9 @@ from p2pnode.worker.training import ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
 
-#: (phase, round, data, took, stale) -> the phase's mean, or None when none came in time (the
-#: worker's message loop: ``Worker.sync_phase``)
-Phase = Callable[[int, int, bytes, float, int], SyncResult | None]
-
-#: the most rounds a late gradient may be behind and still be offered to the next round (more:
-#: it is dropped, as a backup worker's is)
-MAX_STALE = 4
+#: (phase, round, data, took) -> the phase's mean, or None when none came in time (the worker's
+#: message loop: ``Worker.sync_phase``)
+Phase = Callable[[int, int, bytes, float], SyncResult | None]
 
 
 class AllReduce:
@@ -58,45 +52,34 @@ class AllReduce:
         sync, t = self.sync, self.trainer
         grads = {n: p.grad for n, p in t.model.named_parameters() if p.grad is not None}
         took = time.monotonic() - self.synced_at if self.synced_at else 0.0
-        replayed = 0
-        offered = grads
         try:
-            first = self.phase(0, sync.q_round, sync.phase0(grads), took, 0)
-            while first is not None and not first.included and first.replay:
-                if not replayed:
-                    offered = {n: g.clone() for n, g in grads.items()}  # stepping along overwrites .grad
-                    t.drop_step()
-                taken = self.replay(first.replay)
-                replayed += taken
-                if taken < len(first.replay) or replayed > MAX_STALE or t.done:
-                    # our gradient is dropped: too stale, the replay cut short, or the rounds
-                    # replayed were the last (a step more would be past the end)
+            first = self.phase(0, sync.q_round, sync.phase0(grads), took)
+            if first is None:
+                return None
+            if not first.included:
+                if first.replay:
+                    t.drop_step()  # the rounds we missed replace this step: its gradient is dropped
+                    self.replay(first.replay)
                     return False
-                # our gradient, stale by the rounds just taken, to the next round (took 0: not a step time)
-                first = self.phase(0, sync.q_round, sync.phase0(offered), 0.0, replayed)
-            if first is None or not first.included:
-                if first is not None and not replayed and first.data and first.round >= 0:
-                    sync.resync(first.data, first.round)  # our Q fell behind: the current ones, for the next step
-                return False if replayed else None
-            second = self.phase(1, first.round, sync.phase1(first.data), 0.0, 0)
+                if first.data and first.round >= 0:  # our Q fell behind: the current ones, for the next step
+                    sync.resync(first.data, first.round)
+                return None
+            second = self.phase(1, first.round, sync.phase1(first.data), 0.0)
             if second is None or not second.data:
-                return False if replayed else None
+                return None
             mean = sync.finish(second.data, second.round, second.included)
         except (KeyError, ValueError) as exc:
-            log.warning("all-reduce result refused (%s): %s", exc, "no step of our own" if replayed else "a local step")
-            return False if replayed else None
-        if replayed:
-            t.resume_step()  # the step dropped for the replay is taken after all, with the others'
+            log.warning("all-reduce result refused (%s): a local step", exc)
+            return None
         with torch.no_grad():
             for n, g in grads.items():
                 g.copy_(mean[n].view_as(g))
         return True
 
-    def replay(self, rounds: list[list[Any]]) -> int:
+    def replay(self, rounds: list[list[Any]]) -> None:
         """Step along the rounds we missed, as every node in them did: our model stays theirs
-        (a straggler keeps up without holding the others back). Returns the rounds taken; a
-        malformed one stops the replay where it is (0: none taken)."""
-        taken = 0
+        (a straggler keeps up without holding the others back). A malformed round stops the
+        replay where it is."""
         with torch.no_grad():
             for rnd, mean0, mean1 in rounds:
                 try:
@@ -105,5 +88,3 @@ class AllReduce:
                     log.warning("replay of round %s refused (%s)", rnd, exc)
                     break
                 self.trainer.step_along(grads)
-                taken += 1
-        return taken

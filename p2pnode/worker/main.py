@@ -263,11 +263,11 @@ class Worker:
                 at += tensor.numel()
         self.publish(full=True)
 
-    def sync_phase(self, phase: int, rnd: int, data: bytes, took: float = 0.0, stale: int = 0) -> SyncResult | None:
+    def sync_phase(self, phase: int, rnd: int, data: bytes, took: float = 0.0) -> SyncResult | None:
         """Send one phase's contribution and wait for its mean (handling what else comes)."""
         x = self.cfg.exchange
         self.sync_result = None
-        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took, stale=stale))
+        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took))
         deadline = time.monotonic() + 2 * (x.sync_timeout + x.timeout) + 1.0
         while self.running:
             got = self.sync_result

@@ -147,16 +147,6 @@ class ShardTrainer:
         self.step -= 1
         self.samples -= self.last_batch
 
-    def resume_step(self) -> None:
-        """The step ``drop_step`` uncounted is taken after all (exchange.sync: its gradient,
-        stale by the rounds replayed meanwhile, made it into the next round): counted again,
-        at the learning rate of the step it now is, as every node in that round takes it."""
-        lr = self.lr_now()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.step += 1
-        self.samples += self.last_batch
-
     def step_along(self, grads: dict[str, torch.Tensor]) -> None:
         """A step along given gradients (exchange.sync: a round this node missed, as every
         node in it took it: the same learning rate, clipping and optimizer step)."""
