@@ -81,14 +81,20 @@ def take_shard(task: Any, dataset: Dataset[Any], shard: str, partition: str, see
 
 
 class EndlessBatches(Sampler[list[int]]):
-    """Shuffled batches of indices forever: a new permutation each pass, a short tail skipped."""
+    """Shuffled batches of indices forever: a new permutation each pass, a short tail skipped.
+    ``skip``: start after that many batches, exactly where a sampler that drew them would be
+    (the same permutations drawn from the generator): a node resumed or rejoining goes on
+    through its shard instead of seeing its first batches again."""
 
-    def __init__(self, size: int, batch_size: int, generator: torch.Generator) -> None:
-        self.size, self.batch_size, self.generator = size, batch_size, generator
+    def __init__(self, size: int, batch_size: int, generator: torch.Generator, skip: int = 0) -> None:
+        self.size, self.batch_size, self.generator, self.skip = size, batch_size, generator, skip
 
     def __iter__(self) -> Iterator[list[int]]:
         order = torch.randperm(self.size, generator=self.generator)
-        pos = 0
+        per_pass = max(1, self.size // self.batch_size)
+        for _ in range(self.skip // per_pass):  # whole passes: only their permutations
+            order = torch.randperm(self.size, generator=self.generator)
+        pos = (self.skip % per_pass) * self.batch_size
         while True:
             if pos + self.batch_size > len(order):
                 order = torch.randperm(self.size, generator=self.generator)
@@ -98,12 +104,12 @@ class EndlessBatches(Sampler[list[int]]):
 
 
 def train_batches(task: Any, shard: Shard, batch_size: int, generator: torch.Generator,
-                  workers: int) -> Iterator[Any]:
-    """One endless iterator over the shard's batches (still on the CPU)."""
+                  workers: int, skip: int = 0) -> Iterator[Any]:
+    """One endless iterator over the shard's batches (still on the CPU), after the first ``skip``."""
     # The loader's own generator seeds its reader processes: drawing that seed from torch's
     # global generator would shift every random number drawn after it.
     seeds = torch.Generator().manual_seed(generator.initial_seed() + 1)
-    loader = DataLoader(shard.dataset, batch_sampler=EndlessBatches(len(shard), batch_size, generator),
+    loader = DataLoader(shard.dataset, batch_sampler=EndlessBatches(len(shard), batch_size, generator, skip),
                         num_workers=workers, collate_fn=getattr(task, "collate", None),
                         persistent_workers=workers > 0, generator=seeds)
     return iter(loader)

@@ -181,7 +181,10 @@ class Worker:
             elif replica.step > t.step:
                 # the synchronous mode's catch-up (momentum kept: a fresh worker has none yet, and
                 # by the second catch-up it is built from the same means as the others'): the
-                # model has taken the group's steps, and so have we, as a worker rejoining DDP
+                # model has taken the group's steps, and so have we, as a worker rejoining DDP; our
+                # batch stream moves on by as many (the batches of the steps we were away for are
+                # skipped, not the rest of the shard)
+                t.seek(t.drawn + replica.step - t.step)
                 t.samples += (replica.step - t.step) * self.cfg.training.batch_size
                 t.step = replica.step
             if self.outer is not None:

@@ -8,7 +8,7 @@ named metrics of an evaluation. The built-in models and data sets are a task lik
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,12 @@ class ShardTrainer:
         #: RECOVERY_STEPS finite steps until it is 1 again
         self.lr_scale = 1.0
         self._finite_run = 0
-        self._gen = torch.Generator().manual_seed(t.seed * 7919 + shard_index)
-        self._batches = loader.train_batches(self.task, self.train_split, t.batch_size, self._gen, t.loader_workers)
+        self._shard_index = shard_index
+        #: training batches drawn from the shard's stream (kept in the checkpoint: a resumed node
+        #: goes on through its shard, not from its first batches again)
+        self.drawn = 0
+        self._batches: Iterator[Any] | None = None
+        self.seek(0)
 
     @property
     def done(self) -> bool:
@@ -97,8 +101,20 @@ class ShardTrainer:
         self._finite_run = 0
         return self.lr_scale
 
+    def seek(self, drawn: int) -> None:
+        """The shard's batch stream as it is after ``drawn`` batches (the same permutations from
+        the same seed), whatever was drawn before."""
+        t = self.cfg.training
+        self._batches = None  # a reader process of the old stream ends with it
+        self._gen = torch.Generator().manual_seed(t.seed * 7919 + self._shard_index)
+        self._batches = loader.train_batches(self.task, self.train_split, t.batch_size, self._gen, t.loader_workers,
+                                             max(0, drawn))
+        self.drawn = max(0, drawn)
+
     def _next_batch(self) -> Any:
         """The next shuffled batch of the shard, on the training device."""
+        assert self._batches is not None
+        self.drawn += 1
         return loader.to_device(next(self._batches), self.device)
 
     def train_step(self, reduce: Callable[[], bool | None] | None = None) -> float:
@@ -201,6 +217,7 @@ class ShardTrainer:
             "loss_ema": self.loss_ema,
             "lr_scale": self.lr_scale,
             "nonfinite_steps": self.nonfinite_steps,
+            "drawn": self.drawn,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -214,3 +231,5 @@ class ShardTrainer:
         scale = float(state.get("lr_scale", 1.0))
         self.lr_scale = scale if MIN_LR_SCALE <= scale <= 1.0 else 1.0
         self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
+        # where the batch stream was (a checkpoint from before it was kept: one batch a step)
+        self.seek(int(state.get("drawn", self.step)))
