@@ -52,7 +52,8 @@ class SyncActor:
         self.node_id = node_id
         self.peers = peers  #: the running peers (not us)
         self.body_limit = body_limit
-        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id)
+        self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
+                               stood_down=self._stood_down)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
@@ -64,6 +65,10 @@ class SyncActor:
         self.making = 0  #: the round our last contribution was for
         self.last_reducer = ""
         self.last_count = 0
+
+    def _stood_down(self) -> set[str]:
+        """The reducers passed over at our current round (they stood down: their node is slow)."""
+        return {rid for rid, until in self.passed_over.items() if self.making < until}
 
     def _running(self) -> set[str]:
         return {m.node_id for m in self.peers()} | {self.node_id}
@@ -189,7 +194,7 @@ class SyncActor:
                 log.warning("our own contribution was not averaged: %s", exc or "timeout")
                 self.totals["failures"] += 1
                 return Outcome(msg.round, b"", 0, False)
-            self.totals["reduced_here"] += msg.phase == 1
+            self.totals["reduced_here"] += msg.phase == 1 and not out.step_down
             return out
         path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
         try:

@@ -110,11 +110,15 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
 
 
 class Reducer:
-    def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "") -> None:
+    def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "",
+                 stood_down: Callable[[], set[str]] = set) -> None:
         self.wait = wait
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
         self.me = me  #: our own node's id ("": never stand down)
+        #: reducers that stood down now (their node slow: sync/actor.py's passed over): a stand-in
+        #: does not wait for them before it has timed them itself
+        self.stood_down = stood_down
         #: we stood down: rounds before this one are the next reducer's (0: we reduce)
         self.resting_until = 0
         self._slow_run = 0  #: round starts in a row that found our own node slow
@@ -130,6 +134,11 @@ class Reducer:
         self.rounds = 0
         #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
         self.late = Lateness()
+
+    def _not_waited(self, running: set[str]) -> set[str]:
+        """The nodes a round does not wait for: the slow ones, and a reducer that stood down
+        for being slow until we have timed it ourselves."""
+        return self.late.slow(running) | (self.stood_down() - self.late.step.keys())
 
     def _fresh(self) -> None:
         """Forget every round, as a reducer that has closed none: the next follows on from the
@@ -233,7 +242,7 @@ class Reducer:
         bucket = self.open0
         if bucket is None:
             running = self.running()
-            expected = ((self.members & running) or running) - self._done() - self.late.slow(running)
+            expected = ((self.members & running) or running) - self._done() - self._not_waited(running)
             bucket = self.open0 = _Bucket(self.next_round, expected or {node})
         return await self._add(bucket, node, data, phase=0)
 
@@ -292,7 +301,7 @@ class Reducer:
         bucket = self.open1.get(rnd)
         if bucket is None:
             waited = set(members) - self._done()
-            bucket = self.open1[rnd] = _Bucket(rnd, (waited - self.late.slow(self.running())) or waited
+            bucket = self.open1[rnd] = _Bucket(rnd, (waited - self._not_waited(self.running())) or waited
                                                or set(members))
         return bucket
 

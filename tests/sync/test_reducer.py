@@ -326,3 +326,30 @@ def test_a_reducer_idle_for_a_while_follows_a_claim_of_newer_q(monkeypatch) -> N
         later, _ = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, first[0].round + 40)
         assert all(o.included and o.round == first[0].round + 41 for o in later)
     asyncio.run(go())
+
+
+def test_a_stand_in_does_not_wait_for_the_reducer_that_stood_down_until_it_has_timed_it() -> None:
+    """The reducer o stood down for being slow; b, next lowest, is fresh and has timed nobody:
+    its rounds close on the nodes that came (not a sync_timeout waiting for o), and o is waited
+    for again once b has timed it and found it as fast as the rest."""
+    from p2pnode.sync.lateness import WARMUP
+
+    async def go() -> None:
+        r = Reducer(2.0, lambda: {"o", "a", "b"}, stood_down=lambda: {"o"})
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        first, second = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, 7)
+        assert loop.time() - t0 < 1.0 and all(o.included and o.count == 2 and o.round == 8 for o in first)
+        rnd = second[0].round
+        for _ in range(WARMUP + 1):  # o comes in time, as fast as a and b
+            took = {"o": 0.05, "a": 0.05, "b": 0.05}
+            first = await asyncio.gather(*(r.contribute(n, 0, rnd, f16(1), took=took[n]) for n in took))
+            second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in took))
+            rnd = second[0].round
+        assert "o" in r.late.step and not r._not_waited({"o", "a", "b"})
+        b_alone = asyncio.ensure_future(r.contribute("b", 0, rnd, f16(1)))
+        await asyncio.sleep(0.3)
+        assert not b_alone.done()  # o is waited for again
+        await asyncio.gather(r.contribute("a", 0, rnd, f16(1)), r.contribute("o", 0, rnd, f16(1)))
+        assert (await b_alone).count == 3
+    asyncio.run(go())
