@@ -132,7 +132,10 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append(f"sync      {y['mode']} rank {y['rank']}  reducer {y['reducer']}  rounds {y['rounds']}  "
                      f"included {y['included']}  missed {y['missed']}  replayed {y.get('replayed', 0)}  "
                      f"failures {y['failures']}  last count {y['last_count']}  received {b.get('sync_received', 0)}"
-                     + (f"  not waited for (slow): {' '.join(y['slow'])}" if y.get("slow") else ""))
+                     + (f"  not waited for (slow): {' '.join(y['slow'])}" if y.get("slow") else "")
+                     + (f"  stood down until round {y['resting_until']}" if y.get("resting_until") else "")
+                     + "".join(f"  passing over {rid} until round {until}"
+                               for rid, until in sorted((y.get("passed_over") or {}).items())))
     lines.append("members:")
     peers = s.get("peers", {})
     for mb in s["members"]:

@@ -142,6 +142,9 @@ def test_a_straggler_is_not_waited_for_and_keeps_up_by_replaying(cluster, slow: 
     assert mine["replayed"] > 10 and mine["failures"] == 0, str(mine)  # it stepped along the rounds it missed
     if slow == "the reducer":  # it stood down: every node, itself too, passed it over
         assert mine["resting_until"] > 0 and theirs["passed_over"] == {order[0]: mine["resting_until"]}, str(mine)
+        shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", reducer.addr], capture_output=True,
+                               text=True, timeout=60, check=True).stdout
+        assert f"passing over {order[0]} until round {mine['resting_until']}" in shown, shown
     steps = [n.status()["training"]["step"] for n in nodes]
     assert len(set(steps)) == 1, steps  # and ended with the others, on the same step
     for n in nodes:
