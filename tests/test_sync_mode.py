@@ -52,6 +52,10 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert b.status()["sync"]["refused"] == 2  # the two bodies; the queries never reached the reducer
     # a well-formed contribution: b waits for itself (its worker, a stub, sends none) for
     # sync_timeout, then answers with the mean of what came: this one alone
+    status, _, _ = http_request(b.addr, "POST", "/v1/sync?phase=1&round=0&from=x&replay=1", b"")
+    assert status == 400  # asking for the rounds missed is a phase 0
+    status, _, body = http_request(b.addr, "POST", "/v1/sync?phase=0&round=-1&from=x&replay=1", b"")
+    assert status == 200 and not msgpack.unpackb(body, raw=False)["replay"]  # no round closed yet: none
     status, _, body = http_request(b.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", f16(1, 2))
     assert status == 200
     out = msgpack.unpackb(body, raw=False)

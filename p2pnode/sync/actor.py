@@ -63,6 +63,11 @@ class SyncActor:
         #: reducers that stood down (their node is slow): passed over for the rounds before this one
         self.passed_over: dict[str, int] = {}
         self.making = 0  #: the round our last contribution was for
+        #: the reducer we took before the current one, (id, address): a node behind the rounds
+        #: a new reducer holds asks it for the ones it closed (a reducer that stood down, or the
+        #: one that stood in for it)
+        self.previous: tuple[str, str] | None = None
+        self._current: tuple[str, str] | None = None
         self.last_reducer = ""
         self.last_count = 0
 
@@ -169,7 +174,17 @@ class SyncActor:
             self.making = msg.round + 1 if msg.phase == 0 else msg.round
         rid, addr = self.reducer_of(self.making)
         self.last_reducer = rid
+        if self._current is not None and self._current[0] != rid:
+            self.previous = self._current
+        self._current = (rid, addr)
         out = await self._through(rid, addr, msg)
+        if (out is not None and out.behind and msg.phase == 0 and self.previous is not None
+                and self.unreachable.get(self.previous[0], 0.0) <= time.monotonic()):
+            # behind the rounds this reducer holds (new to the role, it has few): the one before
+            # it may hold the rounds we missed, to replay rather than take a model whole
+            prev = await self._through(*self.previous, msg, replay_only=True)
+            if prev is not None and prev.replay:
+                return prev
         if out is None or not out.step_down:
             return out
         if not self.making < out.step_down <= self.making + 2 * REST_ROUNDS:
@@ -183,9 +198,12 @@ class SyncActor:
         self.totals["stood_down"] += 1
         return None  # through the next reducer
 
-    async def _through(self, rid: str, addr: str, msg: SyncContribute) -> Outcome | None:
-        """One contribution through reducer ``rid`` (ours when it is us); None: not reached."""
+    async def _through(self, rid: str, addr: str, msg: SyncContribute, replay_only: bool = False) -> Outcome | None:
+        """One contribution through reducer ``rid`` (ours when it is us); None: not reached.
+        ``replay_only``: ask only for the rounds we missed (``Reducer.replay_for``)."""
         wait = self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout
+        if rid == self.node_id and replay_only:
+            return self.reducer.replay_for(msg.round)
         if rid == self.node_id:
             try:
                 async with asyncio.timeout(wait):
@@ -196,15 +214,16 @@ class SyncActor:
                 return Outcome(msg.round, b"", 0, False)
             self.totals["reduced_here"] += msg.phase == 1 and not out.step_down
             return out
-        path = f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
+        path = (f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
+                + ("&replay=1" if replay_only else ""))
         try:
-            resp = await self.client.request("POST", addr, path, msg.data, wait, MSGPACK)
+            resp = await self.client.request("POST", addr, path, b"" if replay_only else msg.data, wait, MSGPACK)
         except PeerError as exc:  # not reached at all (refused, reset, no answer in time)
             self.totals["failures"] += 1
             self.unreachable[rid] = time.monotonic() + UNREACHABLE_FOR
             log.warning("all-reduce through %s failed (%s): trying the next reducer", rid, exc)
             return None
-        self.totals["bytes_sent"] += len(msg.data)
+        self.totals["bytes_sent"] += 0 if replay_only else len(msg.data)
         try:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status} {resp.body[:200]!r}")
@@ -239,9 +258,13 @@ class SyncActor:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return error(413, f"body over {limit} bytes")
+        replay_only = request.query.get("replay", "") == "1"
+        if replay_only and phase != 0:
+            return error(400, "replay=1 is for phase 0 (the rounds missed since a Q factors' round)")
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
-                out = await self.reducer.contribute(peer, phase, rnd, body, took)
+                out = (self.reducer.replay_for(rnd) if replay_only
+                       else await self.reducer.contribute(peer, phase, rnd, body, took))
         except SyncRefused as exc:
             self.totals["refused"] += 1
             return error(400, f"contribution refused: {exc}")

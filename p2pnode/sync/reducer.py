@@ -88,6 +88,8 @@ class _Bucket:
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
+    #: dropped for newer Q factors than its contributors': they are behind (``Reducer._drop``)
+    dropped: bool = False
 
 
 def wire_dtype(phase: int) -> str:
@@ -121,6 +123,8 @@ class Reducer:
         self.stood_down = stood_down
         #: we stood down: rounds before this one are the next reducer's (0: we reduce)
         self.resting_until = 0
+        #: resting: the last round we closed before we stood down (its rounds are kept to replay)
+        self._kept_round: int | None = None
         self._slow_run = 0  #: round starts in a row that found our own node slow
         self._last_close = 0.0  #: loop time of the last phase 1 closed
         self.next_round = 0
@@ -140,11 +144,15 @@ class Reducer:
         for being slow until we have timed it ourselves."""
         return self.late.slow(running) | (self.stood_down() - self.late.step.keys())
 
-    def _fresh(self) -> None:
+    def _fresh(self, keep_closed: bool = False) -> None:
         """Forget every round, as a reducer that has closed none: the next follows on from the
-        newest Q factors a contributor holds (standing down, or standing in again)."""
+        newest Q factors a contributor holds (standing down, or standing in again). Standing
+        down, the rounds closed are kept while we rest: a node behind them (our own slow one,
+        most likely) is still answered with them to replay (``contribute``)."""
+        self._kept_round = self.q_round if keep_closed else None
         self.q_round, self.rounds, self.members = None, 0, set()
-        self.closed.clear()
+        if not keep_closed:
+            self.closed.clear()
         self.late = Lateness()
         self._slow_run = 0
 
@@ -156,6 +164,7 @@ class Reducer:
             if making < self.resting_until:
                 return self.resting_until
             self.resting_until = 0  # our turn again: measured afresh
+            self._fresh()
             return 0
         if phase != 0 or self.open0 is not None or self.open1 or not self.me:
             return 0
@@ -165,8 +174,17 @@ class Reducer:
         if self._slow_run < SUSTAIN:
             return 0
         self.resting_until = max(self.next_round, making) + REST_ROUNDS
-        self._fresh()
+        self._fresh(keep_closed=True)
         return self.resting_until
+
+    def replay_for(self, q_round: int) -> Outcome:
+        """Only the rounds a node holding the Q factors of ``q_round`` missed, to replay (none:
+        an empty answer), never a contribution: what a node behind a new reducer's rounds asks
+        the reducer before it (``sync/actor.py``). Resting, the rounds we closed before."""
+        current = self._kept_round if self.resting_until else self.q_round
+        if current is None or q_round >= current:
+            return Outcome(q_round, b"", 0, False)
+        return Outcome(current, b"", 0, False, replay=self._replay(q_round, current))
 
     async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0) -> Outcome:
         """``took``: phase 0, the seconds the contributor's step took (who is slow: lateness.py)."""
@@ -276,7 +294,10 @@ class Reducer:
             pass
 
     def _drop(self, bucket: _Bucket) -> None:
-        """Answer a bucket's contributors that none of them is in (they take a local step)."""
+        """Answer a bucket's contributors that none of them is in: newer Q factors came, so
+        their model lacks a round (``behind``: the reducer before us may hold it to replay,
+        else they take a running node's model)."""
+        bucket.dropped = True
         if bucket.timer is not None:
             bucket.timer.cancel()
         bucket.parts.clear()
@@ -316,6 +337,8 @@ class Reducer:
         elif bucket.timer is None:
             self._arm(bucket, phase)
         mean, members = await asyncio.shield(bucket.done)
+        if bucket.dropped:
+            return Outcome(-1, b"", 0, False, behind=True)
         return Outcome(bucket.round, mean, len(members), node in members)
 
     def _arm(self, bucket: _Bucket, phase: int, restart: bool = False) -> None:

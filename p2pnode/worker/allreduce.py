@@ -79,9 +79,13 @@ class AllReduce:
     def replay(self, rounds: list[list[Any]]) -> None:
         """Step along the rounds we missed, as every node in them did: our model stays theirs
         (a straggler keeps up without holding the others back). A malformed round stops the
-        replay where it is."""
+        replay where it is, and so does the end of training (a node whose step count is a
+        local step ahead of its rounds would otherwise step past it; the models' mean after
+        training evens out the model)."""
         with torch.no_grad():
             for rnd, mean0, mean1 in rounds:
+                if self.trainer.done:
+                    break
                 try:
                     grads = self.sync.rebuild(bytes(mean0), bytes(mean1), int(rnd))
                 except (KeyError, ValueError, TypeError) as exc:

@@ -304,11 +304,15 @@ def test_a_reducer_whose_own_node_is_slow_stands_down_for_a_while_then_comes_bac
             rnd = second[0].round
         down = await r.contribute("a", 0, rnd, f16(1))
         assert not down.included and down.step_down == rnd + 1 + 5 and r.resting_until == down.step_down
+        # resting, it still hands a node behind (its own slow one) the rounds it closed, to replay
+        kept = r.replay_for(rnd - 2)
+        assert [x[0] for x in kept.replay] == [rnd - 1, rnd] and not kept.included and not r.replay_for(rnd).replay
         again = await asyncio.gather(r.contribute("b", 1, rnd, f16(1)), r.contribute("b", 2, -2, f32(1)))
         assert all(o.step_down == down.step_down and not o.included for o in again)
         back = await asyncio.gather(*(r.contribute(n, 0, down.step_down - 1, f16(v)) for n, v in (("a", 1), ("b", 3))))
         assert all(o.included and o.round == down.step_down and not o.step_down for o in back)
         assert r.resting_until == 0 and r.late.step == {}  # measured afresh
+        assert not r.replay_for(rnd - 2).replay  # and its old rounds are gone
     asyncio.run(go())
 
 
@@ -352,4 +356,16 @@ def test_a_stand_in_does_not_wait_for_the_reducer_that_stood_down_until_it_has_t
         assert not b_alone.done()  # o is waited for again
         await asyncio.gather(r.contribute("a", 0, rnd, f16(1)), r.contribute("o", 0, rnd, f16(1)))
         assert (await b_alone).count == 3
+    asyncio.run(go())
+
+
+def test_asking_only_for_the_rounds_missed_never_joins_a_round() -> None:
+    async def go() -> None:
+        r = reducer({"a", "b"})
+        rnd = -1
+        for _ in range(3):
+            _, second = await both_phases(r, {"a": (f16(1), f16(1)), "b": (f16(3), f16(1))}, rnd)
+            rnd = second[0].round
+        assert [x[0] for x in r.replay_for(rnd - 2).replay] == [rnd - 1, rnd]
+        assert not r.replay_for(rnd).replay and r.open0 is None  # in step: nothing, and no round opened
     asyncio.run(go())
