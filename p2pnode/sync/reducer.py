@@ -14,12 +14,8 @@ them. A node done training is no longer waited for in the others' steps, and the
 a node a step or a few behind while it still steps (up to ``exchange.timeout`` in all), so a
 step count one off at the end costs neither a lonely last step nor a node left out of the mean.
 
-A reducer whose own node is the slow one (its step time, ``sync/lateness.py``, for ``SUSTAIN``
-round starts in a row) *stands down*: it answers every contribution with ``step_down`` R, a
-round ``REST_ROUNDS`` ahead, and the nodes take the next lowest id for every round before R
-(``sync/actor.py``); at R they come back to it, fresh, and it measures again. Waiting for a
-slow node's phase is what the slow rule avoids; a slow reducer would hold every phase of every
-round to its pace (its daemon runs on the same slow machine).
+A reducer whose own node is the slow one stands down for a while (``sync/standdown.py``): it
+answers every contribution with ``step_down``, and the next lowest id reduces meanwhile.
 
 PowerSGD's two phases are linked: phase 1 (the Q factors) averages only the nodes whose phase 0
 (the P factors) was in, and phase 0 counts only contributions made with the Q factors of the
@@ -38,6 +34,7 @@ import numpy as np
 
 from p2pnode.sync.lateness import Lateness
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
+from p2pnode.sync.standdown import StandDown
 
 #: closed phases kept, to answer a late contributor with the means it missed (two a round)
 KEEP = 64
@@ -45,11 +42,6 @@ KEEP = 64
 MAX_REPLAY = 16
 #: contributors one phase takes at most (the rest are refused)
 MAX_MEMBERS = 1024
-#: round starts in a row that must find our own node slow before we stand down (a false alarm
-#: costs little: another node reduces for a while)
-SUSTAIN = 8
-#: rounds a reducer that stood down leaves to the next lowest id before it measures again
-REST_ROUNDS = 1000
 #: seconds without a round closed after which a reducer follows a claim of newer Q factors as a
 #: fresh one does (it stood in for a reducer that stood down, which has since taken over again)
 IDLE_RESET = 1.0
@@ -117,15 +109,10 @@ class Reducer:
         self.wait = wait
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
-        self.me = me  #: our own node's id ("": never stand down)
         #: reducers that stood down now (their node slow: sync/actor.py's passed over): a stand-in
         #: does not wait for them before it has timed them itself
         self.stood_down = stood_down
-        #: we stood down: rounds before this one are the next reducer's (0: we reduce)
-        self.resting_until = 0
-        #: resting: the last round we closed before we stood down (its rounds are kept to replay)
-        self._kept_round: int | None = None
-        self._slow_run = 0  #: round starts in a row that found our own node slow
+        self.down = StandDown(me)  #: standing down while our own node is slow (sync/standdown.py)
         self._last_close = 0.0  #: loop time of the last phase 1 closed
         self.next_round = 0
         self.q_round: int | None = None  #: the round of the last phase 1 closed (None: none yet)
@@ -139,6 +126,11 @@ class Reducer:
         #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
         self.late = Lateness()
 
+    @property
+    def resting_until(self) -> int:
+        """We stood down: rounds before this one are the next reducer's (0: we reduce)."""
+        return self.down.until
+
     def _not_waited(self, running: set[str]) -> set[str]:
         """The nodes a round does not wait for: the slow ones, and a reducer that stood down
         for being slow until we have timed it ourselves."""
@@ -149,39 +141,34 @@ class Reducer:
         newest Q factors a contributor holds (standing down, or standing in again). Standing
         down, the rounds closed are kept while we rest: a node behind them (our own slow one,
         most likely) is still answered with them to replay (``contribute``)."""
-        self._kept_round = self.q_round if keep_closed else None
         self.q_round, self.rounds, self.members = None, 0, set()
         if not keep_closed:
             self.closed.clear()
         self.late = Lateness()
-        self._slow_run = 0
+        self.down.run = 0
 
     def _stands_down(self, making: int, phase: int) -> int:
         """For a contribution to round ``making``: the round from which we reduce again if we
         stand down now or have stood down (0: we reduce this one). Decided only as a round
         starts (a phase 0, none open), so no round is split between two reducers."""
-        if self.resting_until:
-            if making < self.resting_until:
-                return self.resting_until
-            self.resting_until = 0  # our turn again: measured afresh
+        down = self.down
+        if down.until:
+            if making < down.until:
+                return down.until
+            down.end()  # our turn again: measured afresh
             self._fresh()
             return 0
-        if phase != 0 or self.open0 is not None or self.open1 or not self.me:
+        if phase != 0 or self.open0 is not None or self.open1 or not down.due(self.late, self.running()):
             return 0
-        running = self.running()
-        slow = len(running) >= 2 and running <= self.late.step.keys() and self.me in self.late.slow(running)
-        self._slow_run = self._slow_run + 1 if slow else 0
-        if self._slow_run < SUSTAIN:
-            return 0
-        self.resting_until = max(self.next_round, making) + REST_ROUNDS
+        until = down.begin(max(self.next_round, making), self.q_round)
         self._fresh(keep_closed=True)
-        return self.resting_until
+        return until
 
     def replay_for(self, q_round: int) -> Outcome:
         """Only the rounds a node holding the Q factors of ``q_round`` missed, to replay (none:
         an empty answer), never a contribution: what a node behind a new reducer's rounds asks
         the reducer before it (``sync/actor.py``). Resting, the rounds we closed before."""
-        current = self._kept_round if self.resting_until else self.q_round
+        current = self.down.kept_round if self.down.until else self.q_round
         if current is None or q_round >= current:
             return Outcome(q_round, b"", 0, False)
         return Outcome(current, b"", 0, False, replay=self._replay(q_round, current))

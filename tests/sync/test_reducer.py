@@ -286,7 +286,7 @@ def test_a_reducer_whose_own_node_is_slow_stands_down_for_a_while_then_comes_bac
     """Its node slow at SUSTAIN round starts in a row (every node timed), the reducer answers the
     next round's contributions, and any other phase, with ``step_down``: the round from which it
     reduces again. At that round it follows the others' Q factors as a fresh reducer."""
-    from p2pnode.sync import reducer as mod
+    from p2pnode.sync import standdown as mod
     from p2pnode.sync.lateness import WARMUP
 
     monkeypatch.setattr(mod, "REST_ROUNDS", 5)
