@@ -150,7 +150,8 @@ class Reducer:
     def _stands_down(self, making: int, phase: int) -> int:
         """For a contribution to round ``making``: the round from which we reduce again if we
         stand down now or have stood down (0: we reduce this one). Decided only as a round
-        starts (a phase 0, none open), so no round is split between two reducers."""
+        starts (a phase 0, none open), so no round is split between two reducers, and not once
+        a node has sent us its model after training (the models' mean would be split too)."""
         down = self.down
         if down.until:
             if making < down.until:
@@ -158,8 +159,9 @@ class Reducer:
             down.end()  # our turn again: measured afresh
             self._fresh()
             return 0
-        if phase != 0 or self.open0 is not None or self.open1 or not down.due(self.late, self.running()):
-            return 0
+        if (phase != 0 or self.open0 is not None or self.open1 or self.final is not None
+                or not down.due(self.late, self.running())):
+            return 0  # not between rounds, or training ends (the models' mean has begun here)
         until = down.begin(max(self.next_round, making), self.q_round)
         self._fresh(keep_closed=True)
         return until

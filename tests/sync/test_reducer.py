@@ -369,3 +369,23 @@ def test_asking_only_for_the_rounds_missed_never_joins_a_round() -> None:
         assert [x[0] for x in r.replay_for(rnd - 2).replay] == [rnd - 1, rnd]
         assert not r.replay_for(rnd).replay and r.open0 is None  # in step: nothing, and no round opened
     asyncio.run(go())
+
+
+def test_a_reducer_does_not_stand_down_once_the_models_mean_has_begun(monkeypatch) -> None:
+    """A node done training sent its model here: standing down now would split the mean."""
+    from p2pnode.sync import standdown as mod
+    from p2pnode.sync.lateness import WARMUP
+
+    monkeypatch.setattr(mod, "SUSTAIN", 1)
+
+    async def go() -> None:
+        r = Reducer(0.5, lambda: {"r", "a", "b"}, final_wait=0.5, me="r")
+        for _ in range(WARMUP + 2):
+            for n, took in (("r", 0.2), ("a", 0.05), ("b", 0.05)):
+                r.late.came(n, took)
+        done = asyncio.ensure_future(r.contribute("b", 2, -2, f32(1, 1)))
+        await asyncio.sleep(0)
+        first = await r.contribute("a", 0, -1, f16(1))
+        assert not first.step_down and first.included and r.resting_until == 0
+        done.cancel()
+    asyncio.run(go())
