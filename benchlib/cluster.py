@@ -250,7 +250,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
           on_start: Callable[[Cluster], Any] | None = None,
           node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
-          data_dir: str = "") -> TrainResult:
+          data_dir: str = "", kill_reducer: bool = False) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -259,7 +259,9 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     once the nodes run (what it returns, if a context manager, is entered then and exited at the end);
     ``node_args(i)``: more arguments for node i alone (after ``extra``); ``stagger`` > 0: node i is
     started ``i * stagger`` seconds after node 0 (machines that come up at different times);
-    ``data_dir``: the nodes' and the final evaluation's data folder (``benchlib.testdata``)."""
+    ``data_dir``: the nodes' and the final evaluation's data folder (``benchlib.testdata``);
+    ``kill_reducer``: the node killed is the one with the lowest id (the synchronous mode's
+    reducer), not the last."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -287,9 +289,14 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
             last.update({i: s for i, s in enumerate(statuses) if s is not None and i != killed})
             if progress is not None:
                 progress(time.monotonic() - start, statuses)
+            victim = nodes - 1
+            if kill_reducer and len(last) == nodes:
+                ids = [last[i]["node_id"] for i in range(nodes)]
+                victim = ids.index(min(ids))
             if kill_last_at and killed is None and not restarted and all(
-                    i in last and last[i]["training"]["samples"] >= samples * kill_last_at for i in range(nodes - 1)):
-                killed = nodes - 1
+                    i in last and last[i]["training"]["samples"] >= samples * kill_last_at
+                    for i in range(nodes) if i != victim):
+                killed = victim
                 cluster.nodes[killed].signal(signal.SIGKILL)
                 killed_at = time.monotonic()
             if killed is not None and restart_after >= 0 and time.monotonic() - killed_at >= restart_after:

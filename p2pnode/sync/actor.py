@@ -180,9 +180,12 @@ class SyncActor:
         self._current = (rid, addr)
         out = await self._through(rid, addr, msg)
         if (out is not None and out.behind and msg.phase == 0 and self.previous is not None
+                and self._across_stand_down(rid, self.previous[0])
                 and self.unreachable.get(self.previous[0], 0.0) <= time.monotonic()):
-            # behind the rounds this reducer holds (new to the role, it has few): the one before
-            # it may hold the rounds we missed, to replay rather than take a model whole
+            # behind the rounds this reducer holds (new to the role after a stand-down, it has
+            # few): the one before it holds the rounds we missed, to replay rather than take a
+            # model whole. Only across a stand-down, where every node switched at one round: a
+            # switch away from an unreachable reducer happens at each node's own time
             prev = await self._through(*self.previous, msg, replay_only=True)
             if prev is not None and prev.replay:
                 return prev
@@ -198,6 +201,12 @@ class SyncActor:
         self.passed_over[rid] = out.step_down
         self.totals["stood_down"] += 1
         return None  # through the next reducer
+
+    def _across_stand_down(self, rid: str, prev: str) -> bool:
+        """Did we leave ``prev`` for ``rid`` at a stand-down: ``prev`` rests now, or ``rid``'s rest
+        ended within the last rounds we could still replay?"""
+        back = self.passed_over.get(rid)
+        return self.making < self.passed_over.get(prev, 0) or (back is not None and 0 <= self.making - back < MAX_REPLAY)
 
     async def _through(self, rid: str, addr: str, msg: SyncContribute, replay_only: bool = False) -> Outcome | None:
         """One contribution through reducer ``rid`` (ours when it is us); None: not reached.

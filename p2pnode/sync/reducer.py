@@ -80,8 +80,6 @@ class _Bucket:
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
-    #: dropped for newer Q factors than its contributors': they are behind (``Reducer._drop``)
-    dropped: bool = False
 
 
 def wire_dtype(phase: int) -> str:
@@ -283,10 +281,7 @@ class Reducer:
             pass
 
     def _drop(self, bucket: _Bucket) -> None:
-        """Answer a bucket's contributors that none of them is in: newer Q factors came, so
-        their model lacks a round (``behind``: the reducer before us may hold it to replay,
-        else they take a running node's model)."""
-        bucket.dropped = True
+        """Answer a bucket's contributors that none of them is in (they take a local step)."""
         if bucket.timer is not None:
             bucket.timer.cancel()
         bucket.parts.clear()
@@ -326,8 +321,6 @@ class Reducer:
         elif bucket.timer is None:
             self._arm(bucket, phase)
         mean, members = await asyncio.shield(bucket.done)
-        if bucket.dropped:
-            return Outcome(-1, b"", 0, False, behind=True)
         return Outcome(bucket.round, mean, len(members), node in members)
 
     def _arm(self, bucket: _Bucket, phase: int, restart: bool = False) -> None:
