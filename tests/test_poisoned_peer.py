@@ -68,11 +68,14 @@ def test_one_sign_flipping_member_of_four_leaves_the_honest_nodes_near_the_attac
     # two of the honest nodes meet the attacker (exponential graph over sorted ids): they refused
     # its models as outliers...
     assert sum(r.outliers > 0 for r in attacked.rows if r.node != 3) >= 2, attacked.rows
-    # ...and never an honest peer's model (each honest node exchanged with one or two of them)
+    # ...and an honest peer's model at most once (each honest node exchanged with one or two of
+    # them): an honest copy far twice in a row is refused by the second-strike rule
+    # (docs/ALGORITHMS.md; CI saw it once, 1 of 6 exchanges with that peer), a broken refusal
+    # refuses them every time
     honest = {f"127.0.0.1:{port + i}" for i in range(3)}
     for i in range(3):
         refused = {p["addr"]: p["outliers"] for p in last[i]["peers"].values() if p["addr"] in honest}
-        assert refused and not any(refused.values()), (i, last[i]["peers"])
+        assert refused and sum(refused.values()) <= 1, (i, last[i]["peers"])
     # 4 pt: attacked runs of these settings ended 0.7575-0.7695 (2026-11-25), attack-free ones
     # 0.7695-0.7765, so 2 pt left a run of noise from failing; a broken defence ends at 0.10-0.17
     assert a >= ATTACK_FREE - 0.04, (ATTACK_FREE, a)
