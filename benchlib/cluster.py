@@ -271,6 +271,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     last: dict[int, dict[str, Any]] = {}
     killed: int | None = None
     killed_at, restarted = 0.0, False
+    #: the node to kill: the last, or (kill_reducer) the lowest id once every node has reported one
+    victim: int | None = None if kill_reducer else nodes - 1
     start = time.monotonic()
     pending = list(range(1, nodes)) if stagger > 0 else []
     with contextlib.ExitStack() as hooks:
@@ -289,11 +291,10 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
             last.update({i: s for i, s in enumerate(statuses) if s is not None and i != killed})
             if progress is not None:
                 progress(time.monotonic() - start, statuses)
-            victim = nodes - 1
-            if kill_reducer and len(last) == nodes:
+            if victim is None and len(last) == nodes:
                 ids = [last[i]["node_id"] for i in range(nodes)]
                 victim = ids.index(min(ids))
-            if kill_last_at and killed is None and not restarted and all(
+            if kill_last_at and victim is not None and killed is None and not restarted and all(
                     i in last and last[i]["training"]["samples"] >= samples * kill_last_at
                     for i in range(nodes) if i != victim):
                 killed = victim

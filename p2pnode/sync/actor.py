@@ -68,8 +68,7 @@ class SyncActor:
         #: a new reducer holds asks it for the ones it closed (a reducer that stood down, or the
         #: one that stood in for it)
         self.previous: tuple[str, str] | None = None
-        self._current: tuple[str, str] | None = None
-        self.last_reducer = ""
+        self.current: tuple[str, str] = ("", "")  #: the reducer of our last contribution (id, address)
         self.last_count = 0
 
     def _stood_down(self) -> set[str]:
@@ -174,10 +173,9 @@ class SyncActor:
         if msg.phase != FINAL:
             self.making = msg.round + 1 if msg.phase == 0 else msg.round
         rid, addr = self.reducer_of(self.making)
-        self.last_reducer = rid
-        if self._current is not None and self._current[0] != rid:
-            self.previous = self._current
-        self._current = (rid, addr)
+        if self.current[0] and self.current[0] != rid:
+            self.previous = self.current
+        self.current = (rid, addr)
         out = await self._through(rid, addr, msg)
         if (out is not None and out.behind and msg.phase == 0 and self.previous is not None
                 and self._across_stand_down(rid, self.previous[0])
@@ -289,7 +287,7 @@ class SyncActor:
 
     def status(self) -> dict[str, Any]:
         late = self.reducer.late
-        return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.last_reducer,
+        return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.current[0],
                 # this node's reducer stood down until this round (0: it did not); reducers we pass over
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
