@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import msgpack
 import numpy as np
@@ -63,6 +65,34 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", b.addr], capture_output=True, text=True,
                            timeout=60, check=True).stdout
     assert "sync      powersgd rank 8" in shown and "failures 0" in shown, shown
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_reducer_not_joined_yet_holds_contributions_until_it_knows_their_senders(cluster) -> None:
+    """A restarted reducer knows only the members that probed it until it has joined. It used
+    to refuse the others from the headers as strangers (403: each took ~30 local steps while
+    the rest went on through it). Now a contribution waits for the join (up to sync_timeout),
+    then the member check: a member's is taken, a stranger's still refused."""
+    a = cluster("a", extra=[*STUB, *SYNC])
+    a_id = a.wait_ready()["node_id"]
+    a.stop()  # its id stays in its state dir; its address is c's only seed
+    c = cluster("c", seeds=[a.addr], extra=[*STUB, "--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=6"])
+    wait_for(lambda: c.status()["training"]["worker_alive"], 60, "c's worker")
+    assert not c.status()["joined"]  # its seed is down: the join is retried with back-off
+    with ThreadPoolExecutor(2) as pool:
+        member = pool.submit(http_request, c.addr, "POST", f"/v1/sync?phase=0&round=-1&from={a_id}", f16(1, 2), timeout=30)
+        stranger = pool.submit(http_request, c.addr, "POST", "/v1/sync?phase=0&round=-1&from=stranger", f16(3, 4),
+                               timeout=30)
+        time.sleep(0.5)
+        assert not member.done() and not stranger.done()  # held, not refused from the headers
+        a.start()  # c joins through it at its next try, and knows a then
+        status, _, body = member.result(timeout=30)
+        assert status == 200, body[:200]
+        out = msgpack.unpackb(body, raw=False)
+        assert out["included"] and out["data"] == f16(1, 2), out  # taken: the stranger's is not in it
+        assert stranger.result(timeout=30)[0] == 403
+    assert c.status()["joined"] and c.status()["pushes"]["refused"] == 1
 
 
 @pytest.mark.slow

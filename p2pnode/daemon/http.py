@@ -104,6 +104,10 @@ class HttpApi:
         self.heard_step: Callable[[str, int], None] = lambda node, step: None
         #: our worker's step now (each model answer says it, 304s included)
         self.step_now: Callable[[], int] = lambda: -1
+        #: whether the member check of ``POST /v1/sync`` is made from the headers: not before we
+        #: have joined (a restarted reducer knows few members then); the sync actor holds such a
+        #: contribution until we have, then makes the check itself (p2pnode/sync/actor.py)
+        self.sync_ready: Callable[[], bool] = lambda: True
 
     def _count_rejected(self, reason: str) -> None:
         self.metrics.rejected.labels(reason).inc()
@@ -143,6 +147,8 @@ class HttpApi:
         def precheck(request: web.Request) -> web.Response | None:
             """From the headers alone: unsigned (401), then a push from a non-member (403)."""
             refusal = unsigned(request) if unsigned is not None else None
+            if refusal is None and request.path == SYNC_PATH and not self.sync_ready():
+                return None  # checked once we have joined, by the sync actor
             return refusal if refusal is not None else self.pushes.precheck(request)
 
         guard, self.rate_buckets, self.body_budget = guard_middleware(

@@ -223,6 +223,8 @@ class Node:
                 # remembered members are hints: a first node whose old peers are gone starts alone
                 log.warning("no remembered member answered (%s); running alone until one does", ", ".join(seeds))
         self.joined = True
+        if self.sync is not None:
+            self.sync.joined.set()
         notify.notify(f"READY=1\nSTATUS=serving on {self.addr}, {len(self.membership.members())} members")
 
     async def _quorum(self) -> None:
@@ -283,6 +285,7 @@ class Node:
         self.api.starting = lambda: self.exchange is not None and self.exchange.boot.pending
         self.api.heard_step = self.exchange.pace.saw
         self.api.step_now = lambda: sup.state.step
+        self.api.sync_ready = lambda: self.joined
         if self.cfg.node.role == "peer":  # a parameter server's loop publishes on its own schedule
             self.api.training = lambda: sup.state.worker_alive and not sup.state.done
         app = self.api.build_app(self.secret)
@@ -300,7 +303,7 @@ class Node:
             from p2pnode.sync.actor import SyncActor
 
             self.sync = SyncActor(self.cfg, sup.pipe, self.client, self.node_id, self.membership.alive_peers,
-                                  self.api.post_limit)
+                                  self.api.post_limit, self.api.pushes.precheck)
             self.sync.add_routes(app)
             sup.on_message = self.sync.on_message
             # no gossip runs beside the all-reduce, so no start from a peer's model either: every

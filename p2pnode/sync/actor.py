@@ -7,7 +7,9 @@ bytes) from a running member (the push guard's check, ``daemon/push.py``), under
 limit, and answers, once the phase closes, with msgpack ``{"round", "count", "included",
 "data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
 ``exchange.sync_timeout`` + ``exchange.timeout``: an unreachable reducer makes the worker take
-a local step with its own gradient, never wait longer. A node told its Q factors are old has
+a local step with its own gradient, never wait longer. A node that has not joined yet holds a
+contribution until it has (up to ``sync_timeout``; 503 after it), then makes the member
+check. A node told its Q factors are old has
 missed rounds (it restarted, or joined late): it takes the reducer's model whole (``GET
 /v1/model``, adopted as a fresh node adopts a peer's), so it steps on with the others.
 """
@@ -46,13 +48,18 @@ CATCH_UP_EVERY = 10.0
 
 class SyncActor:
     def __init__(self, cfg: Config, pipe: WorkerPipe, client: PeerClient, node_id: str,
-                 peers: Callable[[], list[Member]], body_limit: Callable[[], int]) -> None:
+                 peers: Callable[[], list[Member]], body_limit: Callable[[], int],
+                 member_check: Callable[[web.Request], web.StreamResponse | None]) -> None:
         self.cfg = cfg
         self.pipe = pipe
         self.client = client
         self.node_id = node_id
         self.peers = peers  #: the running peers (not us)
         self.body_limit = body_limit
+        #: the push guard's check (None: a member's), made here for what came before we joined
+        self.member_check = member_check
+        #: set once the node has joined: until then a contribution is held (``post``)
+        self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
                                stood_down=self._stood_down)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -262,6 +269,18 @@ class SyncActor:
             return error(400, "took is the seconds a step took: 0 to 3600")
         if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1, FINAL) or not -2 <= rnd < 2**53:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
+        if not self.joined.is_set():
+            # a restarted reducer knows only the members that probed it until it has joined: it
+            # would refuse the others as strangers (each left to take local steps) and reduce
+            # with the rest. Every contribution waits for the join instead, then the member check
+            try:
+                async with asyncio.timeout(self.cfg.exchange.sync_timeout):
+                    await self.joined.wait()
+            except TimeoutError:
+                return error(503, "not joined yet: this node reduces once it has joined the cluster")
+            refusal = self.member_check(request)
+            if refusal is not None:
+                return refusal
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
