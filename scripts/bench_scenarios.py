@@ -262,7 +262,7 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
 
     before = topo.counters()[0] if topo else 0
     samples = args.p2p_samples or args.samples
-    res: TrainResult = train(f"{sc.name}-{variant}", workdir, args.nodes, samples, extra, args.port,
+    res: TrainResult = train(f"{sc.name}-{variant}" + (f"-seed{seed}" if args.repeat > 1 else ""), workdir, args.nodes, samples, extra, args.port,
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
                              restart_after=2.0 if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger,
                              kill_reducer=sc.kill_reducer)
