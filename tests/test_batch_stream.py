@@ -7,13 +7,20 @@ over the data it saw its first half twice and never its second."""
 from __future__ import annotations
 
 import itertools
+import multiprocessing as mp
+import threading
 
+import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2pnode.config import Config
+from p2pnode.config import Config, set_option
+from p2pnode.pipe_protocol import ADOPT, Applied, PeerPayload, decode
 from p2pnode.tasks.loader import EndlessBatches
+from p2pnode.wire.codec import Snapshot, encode
+from p2pnode.worker.main import Worker
+from p2pnode.worker.public import floating_state
 from p2pnode.worker.training import ShardTrainer
 
 
@@ -52,3 +59,43 @@ def test_seek_moves_the_stream_to_where_a_trainer_that_drew_that_many_is() -> No
         a._next_batch()
     b.seek(13)
     assert same(b._next_batch(), a._next_batch()) and not same(first, a._next_batch())
+
+
+def test_a_synchronous_catch_up_takes_the_models_step_count_ahead_or_behind(tmp_path) -> None:
+    """A node catching up in the synchronous mode takes a running node's model whole and its
+    step count with it. Behind it, the count moves on; ahead of it (local steps taken while the
+    node was told it was behind) it moves back: a count ahead ends training early, and the
+    models' mean after training then takes a model that many steps old (measured: 1 pt lost
+    when the restarted node was the reducer)."""
+    cfg = Config()
+    for key, value in {"training.data": "synthetic", "training.synthetic_samples": "512", "training.eval_every": "0",
+                       "exchange.sync": "powersgd", "node.state_dir": str(tmp_path)}.items():
+        set_option(cfg, key, value)
+    cfg = Config.from_dict(cfg.to_dict())
+    ours, theirs = mp.Pipe()
+    worker = Worker(ours, cfg, "me")
+    applied: list[Applied] = []
+
+    def read() -> None:  # the daemon's side: drain the pipe (the adopted model is published whole)
+        try:
+            while True:
+                msg = decode(theirs.recv_bytes())
+                if isinstance(msg, Applied):
+                    applied.append(msg)
+        except (EOFError, OSError):
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    tensors = {k: v.detach().numpy().astype(np.float32).ravel().copy()
+               for k, v in floating_state(worker.trainer.model).items()}
+    t = worker.trainer
+    for version, (ours_at, theirs_at) in enumerate([(10, 30), (40, 25)], start=1):
+        t.step, t.samples = ours_at, ours_at * cfg.training.batch_size
+        t.seek(ours_at)
+        body = encode(Snapshot(worker.spec.header("snapshot", "peer", "ep", version, step=theirs_at), tensors))
+        worker.on_peer(PeerPayload(token=version, peer="peer", data=body, mode=ADOPT))
+        assert (t.step, t.drawn, t.samples) == (theirs_at, theirs_at, theirs_at * cfg.training.batch_size)
+    ours.close()
+    reader.join(10)
+    assert len(applied) == 2 and all(a.ok for a in applied), applied

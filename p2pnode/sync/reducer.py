@@ -239,6 +239,7 @@ class Reducer:
                 if replay:
                     return Outcome(current, b"", 0, False, replay=replay)
             last = self.closed.get((current, 1))
+            self._not_now(node)
             return Outcome(current if last else -1, last[0] if last else b"", 0, False, behind=True)
         if current + 1 < self.next_round:  # the round after it closed its phase 0 without us
             self.members.add(node)
@@ -250,6 +251,18 @@ class Reducer:
             expected = ((self.members & running) or running) - self._done() - self._not_waited(running)
             bucket = self.open0 = _Bucket(self.next_round, expected or {node})
         return await self._add(bucket, node, data, phase=0)
+
+    def _not_now(self, node: str) -> None:
+        """``node`` was just told it is behind: it cannot make the round open now (it needs
+        that round's Q factors first), so the round does not wait for it. A fresh reducer
+        expects every running member, its own restarted node too: that round waited out
+        ``sync_timeout`` for it, while the node took local steps ahead of the group's count."""
+        bucket = self.open0
+        if bucket is None or node in bucket.parts or node not in bucket.expected:
+            return
+        bucket.expected.discard(node)
+        if bucket.parts and bucket.expected <= bucket.parts.keys():
+            self._close(bucket, 0)
 
     def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]]:
         """The means of rounds ``q_round`` + 1 to ``current``, for a node holding the Q factors

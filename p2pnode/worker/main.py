@@ -178,13 +178,15 @@ class Worker:
             t = self.trainer
             if self.sync is None:  # momentum of a few steps on a model we just replaced means nothing
                 t.optimizer.state.clear()
-            elif replica.step > t.step:
+            elif replica.step != t.step:
                 # the synchronous mode's catch-up (momentum kept: a fresh worker has none yet, and
                 # by the second catch-up it is built from the same means as the others'): the
                 # model has taken the group's steps, and so have we, as a worker rejoining DDP; our
                 # batch stream moves on by as many (the batches of the steps we were away for are
-                # skipped, not the rest of the shard)
-                t.seek(t.drawn + replica.step - t.step)
+                # skipped, not the rest of the shard). Back too, when local steps taken while we
+                # were behind put our count ahead: a count ahead ends training early, and the
+                # models' mean then takes a model that many steps old (measured: 1 pt lost)
+                t.seek(max(0, t.drawn + replica.step - t.step))
                 t.samples += (replica.step - t.step) * self.cfg.training.batch_size
                 t.step = replica.step
             if self.outer is not None:

@@ -147,6 +147,31 @@ def test_a_restarted_reducer_follows_the_newest_q_factors() -> None:
     asyncio.run(go())
 
 
+def test_a_fresh_reducer_does_not_wait_for_its_own_node_once_it_is_told_it_is_behind() -> None:
+    """The others came back to a restarted reducer with Q factors of round 5; its own worker
+    holds the seeded ones. Told it is behind, it cannot make this round (it needs the round's
+    Q first), so the round closes with the others at once, not after ``wait`` (during which the
+    worker took a local step each try and ran its step count ahead of the group's)."""
+    async def go() -> None:
+        r = reducer({"r", "a", "b"}, wait=5.0)
+        others = [asyncio.create_task(r.contribute(n, 0, 5, f16(v))) for n, v in (("a", 2), ("b", 4))]
+        await asyncio.sleep(0)
+        behind = await r.contribute("r", 0, -1, f16(1))
+        assert behind.behind and not behind.included
+        first = await asyncio.wait_for(asyncio.gather(*others), 1.0)  # not the 5 s
+        assert all(o.included and o.count == 2 and o.round == 6 for o in first) and values(first[0].data) == [3.0]
+        await asyncio.gather(r.contribute("a", 1, 6, f16(1)), r.contribute("b", 1, 6, f16(3)))
+        again = await r.contribute("r", 0, -1, f16(1))  # the round's Q now comes with the answer
+        assert again.behind and again.round == 6 and values(again.data) == [2.0]
+        nxt = [asyncio.create_task(r.contribute(n, 0, 6, f16(1))) for n in ("a", "b")]
+        await asyncio.sleep(0.05)
+        assert not any(t.done() for t in nxt)  # from the next round on it is waited for again
+        mine = await r.contribute("r", 0, 6, f16(4))
+        assert mine.included and mine.count == 3
+        await asyncio.gather(*nxt)
+    asyncio.run(go())
+
+
 def test_a_reducer_with_rounds_of_its_own_ignores_a_claim_of_newer_q() -> None:
     async def go() -> None:
         r = reducer({"a", "b"})
