@@ -52,8 +52,9 @@ class Scenario:
     kill: bool = False  #: node 3 SIGKILLed half-way, then restarted
     #: with ``kill``: the node killed is the one with the lowest id (the synchronous mode's reducer)
     kill_reducer: bool = False
-    #: with ``kill``: restarted 2 s later (False: it stays dead, the others go on without it)
-    restart: bool = True
+    #: with ``kill``: restarted this many seconds later (negative: it stays dead, the others go
+    #: on without it; 10 s: after membership has called it dead)
+    restart_after: float = 2.0
 
 
 SCENARIOS = {s.name: s for s in [
@@ -66,9 +67,11 @@ SCENARIOS = {s.name: s for s in [
     Scenario("straggler-reducer", "the node with the lowest id at half speed, even shards", straggler=True,
              slow_reducer=True),
     Scenario("kill", "node 3 SIGKILLed half-way and restarted, even shards", kill=True),
-    Scenario("kill-stay", "node 3 SIGKILLed half-way, not restarted, even shards", kill=True, restart=False),
+    Scenario("kill-stay", "node 3 SIGKILLed half-way, not restarted, even shards", kill=True, restart_after=-1),
     Scenario("kill-reducer-stay", "the node with the lowest id SIGKILLed half-way, not restarted, even shards",
-             kill=True, kill_reducer=True, restart=False),
+             kill=True, kill_reducer=True, restart_after=-1),
+    Scenario("kill-reducer-late", "the node with the lowest id SIGKILLed half-way, restarted 10 s later (called dead "
+             "by then), even shards", kill=True, kill_reducer=True, restart_after=10.0),
     Scenario("kill-reducer", "the node with the lowest id SIGKILLed half-way and restarted, even shards", kill=True,
              kill_reducer=True),
 ]}
@@ -269,7 +272,7 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     samples = args.p2p_samples or args.samples
     res: TrainResult = train(f"{sc.name}-{variant}" + (f"-seed{seed}" if args.repeat > 1 else ""), workdir, args.nodes, samples, extra, args.port,
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
-                             restart_after=2.0 if sc.kill and sc.restart else -1.0, on_start=slow_last, stagger=args.stagger,
+                             restart_after=sc.restart_after if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger,
                              kill_reducer=sc.kill_reducer)
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
     fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == slowed[0])]
