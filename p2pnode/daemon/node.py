@@ -81,6 +81,8 @@ class Node:
         self.exchange: Exchange | None = None
         self.api: HttpApi | None = None
         self.joined = False
+        #: member addresses saved in members.json (or found there) since we started
+        self._remembered: set[str] = set()
         #: the parameter-server side of this node (node.role "ps" or "ps-worker"; p2pnode/ps/), else None
         self.ps: Any = None
         #: the synchronous mode's all-reduce (exchange.sync; p2pnode/sync/), else None
@@ -110,11 +112,15 @@ class Node:
                                 m.gossip_interval, m.timeout, self.cfg.exchange.fail_threshold)
 
     def _remembered_members(self) -> list[str]:
-        return identity.load_hints(self.state_dir, self.addr)
+        hints = identity.load_hints(self.state_dir, self.addr)
+        self._remembered.update(hints)
+        return hints
 
     def _remember_members(self) -> None:
         assert self.membership is not None
-        identity.save_hints(self.state_dir, self.membership.hints())  # verified live members, bounded
+        hints = self.membership.hints()  # verified live members, bounded
+        identity.save_hints(self.state_dir, hints)
+        self._remembered.update(hints)
 
     def status(self) -> dict[str, Any]:
         assert self.membership is not None and self.exchange is not None
@@ -207,6 +213,11 @@ class Node:
                 counts[mb.state] += 1
             for state, n in counts.items():
                 self.metrics.members.labels(str(state)).set(n)
+            if not set(self.membership.hints()) <= self._remembered:
+                # a member we have not saved yet: saved now, not at the next checkpoint, so a node
+                # killed before its first (a seed node above all, with no seeds of its own) finds
+                # its cluster again when it restarts, instead of starting alone
+                await asyncio.to_thread(self._remember_members)
             await asyncio.sleep(1.0)
 
     async def _join(self) -> None:

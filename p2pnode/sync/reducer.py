@@ -121,6 +121,8 @@ class Reducer:
         self.final_result: tuple[bytes, frozenset[str]] | None = None
         self.closed: OrderedDict[tuple[int, int], tuple[bytes, frozenset[str]]] = OrderedDict()
         self.rounds = 0
+        #: rounds closed with two nodes or more in them (0: we only ever reduced for one, ours)
+        self.shared = 0
         #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
         self.late = Lateness()
 
@@ -139,7 +141,7 @@ class Reducer:
         newest Q factors a contributor holds (standing down, or standing in again). Standing
         down, the rounds closed are kept while we rest: a node behind them (our own slow one,
         most likely) is still answered with them to replay (``contribute``)."""
-        self.q_round, self.rounds, self.members = None, 0, set()
+        self.q_round, self.rounds, self.shared, self.members = None, 0, 0, set()
         if not keep_closed:
             self.closed.clear()
         self.late = Lateness()
@@ -222,11 +224,19 @@ class Reducer:
         if (self.q_round is not None and q_round > self.q_round and self.open0 is None and not self.open1
                 and asyncio.get_running_loop().time() - self._last_close > IDLE_RESET):
             self._fresh()  # we stood in for a while and have been idle since: follow on as a fresh reducer
+        elif self.q_round is not None and q_round > self.q_round and self.rounds and not self.shared and not self.open1:
+            # every round we closed had one node alone (ours: it came back before the others came
+            # back to it, and stepped on its own): those are no group's rounds, theirs are. Drop
+            # ours, and follow on from theirs; our own node is behind them and catches up
+            if self.open0 is not None:
+                self._drop(self.open0)
+            self._fresh()
+            self.next_round = 0
         if self.q_round is None or (q_round > self.q_round and self.rounds == 0 and not self.open1):
             # a reducer that has closed no round yet (the first, one taking over, or one that
             # restarted): the newest Q factors held are the current ones, and the next round
             # follows on from them; parts made with older ones are dropped. One with rounds of
-            # its own never jumps ahead for a contributor's claim.
+            # its own (with two nodes or more in them) never jumps ahead for a contributor's claim.
             if self.open0 is not None and self.q_round is not None and q_round > self.q_round:
                 self._drop(self.open0)
             self.q_round = q_round
@@ -377,6 +387,7 @@ class Reducer:
             self.open1.pop(bucket.round, None)
             self.q_round = bucket.round
             self.rounds += 1
+            self.shared += len(members) > 1
             self._last_close = asyncio.get_running_loop().time()
         bucket.parts.clear()
         bucket.done.set_result((mean, members))

@@ -172,6 +172,26 @@ def test_a_fresh_reducer_does_not_wait_for_its_own_node_once_it_is_told_it_is_be
     asyncio.run(go())
 
 
+def test_a_reducer_that_only_ever_reduced_for_its_own_node_follows_the_groups_rounds() -> None:
+    """The lowest id came back after membership had called it dead: its worker was ready
+    before the others had heard of it, and it closed rounds for its own node alone. When the
+    others come to it with the Q factors of their own rounds, theirs are the group's: it drops
+    its own and follows on from theirs (before, it told them they were behind, and they took
+    its lone model whole)."""
+    async def go() -> None:
+        r = reducer({"r", "a", "b"}, wait=0.1)
+        q = -1
+        for _ in range(3):
+            first, _ = await both_phases(r, {"r": (f16(1), f16(1))}, q)
+            q = first[0].round
+        assert r.rounds == 3 and r.q_round == q == 2
+        theirs = await asyncio.gather(r.contribute("a", 0, 50, f16(2)), r.contribute("b", 0, 50, f16(4)))
+        assert all(o.included and o.round == 51 and o.count == 2 for o in theirs), theirs
+        mine = await r.contribute("r", 0, q, f16(1))  # ours is behind now: it catches up
+        assert mine.behind and not mine.included
+    asyncio.run(go())
+
+
 def test_a_reducer_with_rounds_of_its_own_ignores_a_claim_of_newer_q() -> None:
     async def go() -> None:
         r = reducer({"a", "b"})
