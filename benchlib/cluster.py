@@ -9,6 +9,7 @@ runs node i on 127.0.0.1, ``benchlib.netns.Topology.place`` inside network names
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -250,7 +251,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
           on_start: Callable[[Cluster], Any] | None = None,
           node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
-          data_dir: str = "", kill_reducer: bool = False) -> TrainResult:
+          data_dir: str = "", kill_reducer: bool = False, ids: Sequence[str] = ()) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -261,10 +262,14 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     started ``i * stagger`` seconds after node 0 (machines that come up at different times);
     ``data_dir``: the nodes' and the final evaluation's data folder (``benchlib.testdata``);
     ``kill_reducer``: the node killed is the one with the lowest id (the synchronous mode's
-    reducer), not the last."""
+    reducer), not the last; ``ids``: node i's id, written to its state dir before it starts
+    (which node holds the lowest: the synchronous mode's reducer)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
+    for i, node_id in enumerate(ids):
+        (run / f"node{i}").mkdir()
+        (run / f"node{i}" / "identity.json").write_text(json.dumps({"node_id": node_id, "incarnation": 0}))
     data = ["--data-dir", data_dir] if data_dir else []
     cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, [*data, *extra]),
                                              *(node_args(i) if node_args else ())], port, place)

@@ -55,6 +55,8 @@ class Scenario:
     #: with ``kill``: restarted this many seconds later (negative: it stays dead, the others go
     #: on without it; 10 s: after membership has called it dead)
     restart_after: float = 2.0
+    #: node 0, every other node's seed, holds the lowest id (the synchronous mode's reducer)
+    seed_reduces: bool = False
 
 
 SCENARIOS = {s.name: s for s in [
@@ -72,6 +74,8 @@ SCENARIOS = {s.name: s for s in [
              kill=True, kill_reducer=True, restart_after=-1),
     Scenario("kill-reducer-late", "the node with the lowest id SIGKILLed half-way, restarted 10 s later (called dead "
              "by then), even shards", kill=True, kill_reducer=True, restart_after=10.0),
+    Scenario("kill-seed-late", "node 0 (every node's seed, and the reducer: the lowest id) SIGKILLed half-way, "
+             "restarted 10 s later, even shards", kill=True, kill_reducer=True, restart_after=10.0, seed_reduces=True),
     Scenario("kill-reducer", "the node with the lowest id SIGKILLed half-way and restarted, even shards", kill=True,
              kill_reducer=True),
 ]}
@@ -273,7 +277,8 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     res: TrainResult = train(f"{sc.name}-{variant}" + (f"-seed{seed}" if args.repeat > 1 else ""), workdir, args.nodes, samples, extra, args.port,
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
                              restart_after=sc.restart_after if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger,
-                             kill_reducer=sc.kill_reducer)
+                             kill_reducer=sc.kill_reducer,
+                             ids=[f"{i:016x}" for i in range(args.nodes)] if sc.seed_reduces else ())
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
     fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == slowed[0])]
     row = Row(sc.name, f"p2pnode {variant}" + (f", seed {seed}" if args.repeat > 1 else ""), res.accuracies, sent,

@@ -134,15 +134,20 @@ class SyncActor:
     def _catch_up(self) -> None:
         """Our Q factors were old: we missed rounds (restarted, or joined late), and our model
         lacks their steps. Take a model that has them whole (the reducer's, or when we are the
-        reducer the next member's), once in CATCH_UP_EVERY seconds."""
+        reducer the next member's), once in CATCH_UP_EVERY seconds (a failed try does not count)."""
         now = time.monotonic()
         if now - self._caught_up_at < CATCH_UP_EVERY:
             return
+        # the reducer that told us: it holds the rounds (not the lowest id, which may be the
+        # reducer that just died, its membership not yet dead); we reduce: the next one we can reach
+        rid = self.current[0]
+        if rid == self.node_id or rid not in {m.node_id for m in self.peers()}:
+            others = sorted(m.node_id for m in self.peers() if self.unreachable.get(m.node_id, 0.0) <= now)
+            if not others:
+                return
+            rid = others[0]
         self._caught_up_at = now
-        others = sorted(m.node_id for m in self.peers())
-        if not others:
-            return
-        task = asyncio.create_task(self._adopt(others[0]))
+        task = asyncio.create_task(self._adopt(rid))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -158,6 +163,8 @@ class SyncActor:
             applied = await self.pipe.deliver(rid, resp.body, ADOPT, timeout)
         except (PeerError, TimeoutError, ConnectionError, OSError) as exc:
             log.warning("catching up with %s's model failed: %s", rid, exc)
+            if again:  # the first try: told we are behind again, try again in a second, not ten
+                self._caught_up_at = time.monotonic() - CATCH_UP_EVERY + 1.0
             return
         if applied.ok:
             self.totals["caught_up"] += 1
