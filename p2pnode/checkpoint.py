@@ -10,14 +10,17 @@ its small files with :func:`write_atomic` and never pays torch's import for it.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 CHECKPOINT_NAME = "checkpoint.pt"
+_SERIAL = itertools.count()
 
 log = logging.getLogger("p2pnode.checkpoint")
 
@@ -34,15 +37,26 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def temp_beside(path: Path) -> Path:
+    """A temp file's name beside ``path``, its own to each call: two writers of one file (two
+    threads of one process: the daemon saves members.json from its member loop and at each
+    checkpoint) never rename each other's temp file away."""
+    return path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}-{next(_SERIAL)}")
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write small files (node id, incarnation) with the same guarantee as checkpoints."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    tmp = temp_beside(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
     fsync_dir(path.parent)
 
 
@@ -50,7 +64,7 @@ def save(path: Path, state: dict[str, Any]) -> None:
     import torch
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = temp_beside(path)
     try:
         with open(tmp, "wb") as fh:
             torch.save(state, fh)

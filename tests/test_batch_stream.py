@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
-import threading
 
 import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from worker_pipe import drain
 
 from p2pnode.config import Config, set_option
-from p2pnode.pipe_protocol import ADOPT, Applied, PeerPayload, decode
+from p2pnode.pipe_protocol import ADOPT, Applied, PeerPayload
 from p2pnode.tasks.loader import EndlessBatches
 from p2pnode.wire.codec import Snapshot, encode
 from p2pnode.worker.main import Worker
@@ -74,19 +74,7 @@ def test_a_synchronous_catch_up_takes_the_models_step_count_ahead_or_behind(tmp_
     cfg = Config.from_dict(cfg.to_dict())
     ours, theirs = mp.Pipe()
     worker = Worker(ours, cfg, "me")
-    applied: list[Applied] = []
-
-    def read() -> None:  # the daemon's side: drain the pipe (the adopted model is published whole)
-        try:
-            while True:
-                msg = decode(theirs.recv_bytes())
-                if isinstance(msg, Applied):
-                    applied.append(msg)
-        except (EOFError, OSError):
-            pass
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    applied, reader = drain(theirs, Applied)  # the adopted model is published whole on the pipe
     tensors = {k: v.detach().numpy().astype(np.float32).ravel().copy()
                for k, v in floating_state(worker.trainer.model).items()}
     t = worker.trainer

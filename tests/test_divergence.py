@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import threading
 from pathlib import Path
 
+from worker_pipe import drain
+
 from p2pnode.config import Config, set_option
-from p2pnode.pipe_protocol import Progress, decode
+from p2pnode.pipe_protocol import Progress
 from p2pnode.worker.main import Worker
 from p2pnode.worker.training import RECOVERY_STEPS
 
@@ -24,19 +25,7 @@ def test_a_diverging_worker_recovers_in_a_few_steps(tmp_path: Path) -> None:
     cfg = Config.from_dict(cfg.to_dict())
     ours, theirs = mp.Pipe()
     worker = Worker(ours, cfg, "n1")
-    progress: list[Progress] = []
-
-    def read() -> None:  # the daemon's side: drain the pipe (published deltas fill it otherwise)
-        try:
-            while True:
-                msg = decode(theirs.recv_bytes())
-                if isinstance(msg, Progress):
-                    progress.append(msg)
-        except (EOFError, OSError):
-            pass
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    progress, reader = drain(theirs, Progress)
     for _ in range(RECOVERY_STEPS + 60):
         worker.step()
     ours.close()

@@ -119,7 +119,11 @@ class Node:
     def _remember_members(self) -> None:
         assert self.membership is not None
         hints = self.membership.hints()  # verified live members, bounded
-        identity.save_hints(self.state_dir, hints)
+        try:
+            identity.save_hints(self.state_dir, hints)
+        except OSError as exc:  # hints for the next start: not worth stopping the node for
+            log.warning("could not save the members (%s): %s", MEMBERS_FILE, exc)
+            return
         self._remembered.update(hints)
 
     def status(self) -> dict[str, Any]:

@@ -1,0 +1,31 @@
+"""The daemon's side of a worker's pipe, for tests that run a worker in this process."""
+
+from __future__ import annotations
+
+import threading
+from multiprocessing.connection import Connection
+from typing import TypeVar
+
+from p2pnode.pipe_protocol import Message, decode
+
+M = TypeVar("M", bound=Message)
+
+
+def drain(conn: Connection, kind: type[M]) -> tuple[list[M], threading.Thread]:
+    """Read ``conn`` in a thread until it closes, keeping the messages of ``kind`` (the list
+    fills as they come): a worker's published models fill the pipe otherwise, and it blocks.
+    Join the thread once the worker's end is closed."""
+    kept: list[M] = []
+
+    def read() -> None:
+        try:
+            while True:
+                msg = decode(conn.recv_bytes())
+                if isinstance(msg, kind):
+                    kept.append(msg)
+        except (EOFError, OSError):
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return kept, reader
