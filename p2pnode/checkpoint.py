@@ -16,8 +16,9 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 CHECKPOINT_NAME = "checkpoint.pt"
 _SERIAL = itertools.count()
@@ -44,13 +45,13 @@ def temp_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp{os.getpid()}-{threading.get_ident()}-{next(_SERIAL)}")
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write small files (node id, incarnation) with the same guarantee as checkpoints."""
+def _replace_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Temp file beside ``path``, ``write`` into it, fsync, rename over ``path``, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_beside(path)
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -58,23 +59,17 @@ def write_atomic(path: Path, data: bytes) -> None:
         if tmp.exists():
             tmp.unlink()
     fsync_dir(path.parent)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write small files (node id, incarnation) with the same guarantee as checkpoints."""
+    _replace_with(path, lambda fh: fh.write(data))
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_beside(path)
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    fsync_dir(path.parent)
+    _replace_with(path, lambda fh: torch.save(state, fh))
 
 
 def set_aside(path: Path, why: object, then: str, logger: logging.Logger = log) -> Path:
