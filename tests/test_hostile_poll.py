@@ -59,7 +59,7 @@ def test_64_pollers_get_429_and_the_node_keeps_serving_its_peer(cluster: Callabl
     statuses: Counter[int] = Counter()
     retry_after: list[str] = []
     lock = threading.Lock()
-    threads = [threading.Thread(target=poll, args=(victim.addr, 8.0, statuses, retry_after, lock))
+    threads = [threading.Thread(target=poll, args=(victim.addr, 5.0, statuses, retry_after, lock))
                for _ in range(64)]
     for t in threads:
         t.start()

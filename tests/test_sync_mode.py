@@ -155,10 +155,13 @@ def test_the_others_go_on_when_the_reducer_dies(cluster) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("slow", ["a node", "the reducer"])
+@pytest.mark.parametrize("slow", ["the reducer"])
 def test_a_straggler_is_not_waited_for_and_keeps_up_by_replaying(cluster, slow: str) -> None:
     """A node at 30 % speed is not waited for and replays the rounds it misses; when it is the
-    reducer, it stands down for the next lowest id."""
+    reducer, it stands down for the next lowest id. Only the reducer is slowed in the suite
+    (its time budget): once it has stood down it is a straggler like any other to the stand-in,
+    and every assertion of the plain case is made on it. Add "a node" to the parameters to run
+    the plain case as well."""
     from benchlib.procs import DutyCycle
 
     run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=2", "--set", "training.min_peers=2",
