@@ -116,11 +116,10 @@ class Node:
         self._remembered.update(hints)
         return hints
 
-    def _remember_members(self) -> None:
-        assert self.membership is not None
-        hints = self.membership.hints()  # verified live members, bounded
+    async def _remember_members(self, hints: list[str]) -> None:
+        """Save ``hints`` (the membership's verified live members, bounded) off the event loop."""
         try:
-            identity.save_hints(self.state_dir, hints)
+            await asyncio.to_thread(identity.save_hints, self.state_dir, hints)
         except OSError as exc:  # hints for the next start: not worth stopping the node for
             log.warning("could not save the members (%s): %s", MEMBERS_FILE, exc)
             return
@@ -207,7 +206,7 @@ class Node:
                 except (TimeoutError, ConnectionError, OSError) as exc:
                     log.warning("periodic checkpoint did not complete: %r", exc)
             if self.membership is not None:
-                await asyncio.to_thread(self._remember_members)
+                await self._remember_members(self.membership.hints())
 
     async def _member_gauges(self) -> None:
         assert self.membership is not None
@@ -217,11 +216,12 @@ class Node:
                 counts[mb.state] += 1
             for state, n in counts.items():
                 self.metrics.members.labels(str(state)).set(n)
-            if not set(self.membership.hints()) <= self._remembered:
+            hints = self.membership.hints()
+            if not set(hints) <= self._remembered:
                 # a member we have not saved yet: saved now, not at the next checkpoint, so a node
                 # killed before its first (a seed node above all, with no seeds of its own) finds
                 # its cluster again when it restarts, instead of starting alone
-                await asyncio.to_thread(self._remember_members)
+                await self._remember_members(hints)
             await asyncio.sleep(1.0)
 
     async def _join(self) -> None:

@@ -209,10 +209,14 @@ class Reducer:
             self.final = _Bucket(FINAL_ROUND, (self.members & running) or running)
         # a node done training is not waited for in the steps of those still training
         for bucket in [b for b in (self.open0, *self.open1.values()) if b is not None]:
-            bucket.expected.discard(node)
-            if bucket.parts and bucket.expected <= bucket.parts.keys():
-                self._close(bucket, 0 if bucket is self.open0 else 1)
+            self._not_waited_in(bucket, node, 0 if bucket is self.open0 else 1)
         return await self._add(self.final, node, data, phase=FINAL)
+
+    def _not_waited_in(self, bucket: _Bucket, node: str, phase: int) -> None:
+        """``bucket`` no longer waits for ``node``; it closes if everyone else it waits for is in."""
+        bucket.expected.discard(node)
+        if bucket.parts and bucket.expected <= bucket.parts.keys():
+            self._close(bucket, phase)
 
     def _done(self) -> set[str]:
         """The nodes that have sent their model after training (no longer step with the rest)."""
@@ -267,12 +271,8 @@ class Reducer:
         that round's Q factors first), so the round does not wait for it. A fresh reducer
         expects every running member, its own restarted node too: that round waited out
         ``sync_timeout`` for it, while the node took local steps ahead of the group's count."""
-        bucket = self.open0
-        if bucket is None or node in bucket.parts or node not in bucket.expected:
-            return
-        bucket.expected.discard(node)
-        if bucket.parts and bucket.expected <= bucket.parts.keys():
-            self._close(bucket, 0)
+        if self.open0 is not None and node not in self.open0.parts:
+            self._not_waited_in(self.open0, node, 0)
 
     def _replay(self, q_round: int, current: int) -> list[tuple[int, bytes, bytes]]:
         """The means of rounds ``q_round`` + 1 to ``current``, for a node holding the Q factors
