@@ -126,8 +126,8 @@ def test_long_rounds_keep_their_length_under_the_bound(cluster) -> None:
         s = n.status()
         rounds = s["exchanges"]["done"] - done0
         taken = s["training"]["step"] - step0
-        # a round every 64 steps (a few more: a round also starts when a node is truly ahead,
-        # which a loaded machine makes more often: 17 in 403 steps seen on CI); a round every 8
-        # steps would be 25 or more in 200
-        assert rounds <= taken / 64 * 3 + 3, (rounds, taken, s["pace"])
+        # a round every 64 steps, and more: a round also starts when a node is truly ahead,
+        # which a loaded machine makes more often (17 in 403 steps and 13 in 210 seen on CI). The
+        # bug made a round every ~8 steps (25 or more in 200): half that rate fails
+        assert rounds <= taken / 16 + 4, (rounds, taken, s["pace"])
         assert s["pace"]["limit"] is not None  # the bound is still on

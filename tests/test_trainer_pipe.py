@@ -109,3 +109,38 @@ async def test_a_request_timing_out_mid_write_does_not_let_the_next_message_inte
         reply = await sup.pipe.deliver("peer", b"not msgpack", timeout=20)
         assert not reply.ok and reply.reason == "malformed"
         assert sup.state.worker_restarts == 0
+
+
+@pytest.mark.timeout(90)
+async def test_a_worker_gone_as_it_says_hello_is_restarted_not_fatal(tmp_path) -> None:
+    """A SIGTERM in a node's first second reaches its worker too; a worker gone just after its
+    hello broke the pipe under the supervisor's answer (Begin), and the ConnectionError ended the
+    whole node with exit 1 (tests/test_hostile_sigterm.py, seen once in a full run). The worker
+    is killed here at that moment: the supervisor must restart it, and its actor go on."""
+    sup = WorkerSupervisor(small_config(str(tmp_path)), "t" * 16, NodeMetrics())
+    sup.begun = True  # the answer to a hello is then Begin, written into the pipe
+    answer = sup._on_hello
+    killed: list[int] = []
+
+    async def on_hello_after_a_kill(msg):  # type: ignore[no-untyped-def]
+        if not killed:
+            pid = sup.worker_pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            while pid_alive(pid):
+                await asyncio.sleep(0.02)
+        await answer(msg)
+
+    sup._on_hello = on_hello_after_a_kill  # type: ignore[method-assign]
+    runner = asyncio.create_task(sup.run())
+    try:
+        deadline = asyncio.get_running_loop().time() + 60
+        while sup.state.worker_restarts < 1 or not sup.state.worker_alive:
+            assert not runner.done(), runner.exception()
+            assert asyncio.get_running_loop().time() < deadline, "the worker was not restarted"
+            await asyncio.sleep(0.05)
+        assert sup.worker_pid != killed[0]
+    finally:
+        await sup.stop(checkpoint=False)
+        await asyncio.wait_for(runner, 20)

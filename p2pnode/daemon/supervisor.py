@@ -98,7 +98,14 @@ class WorkerSupervisor:
             self._consuming = True
             try:
                 while (msg := await self.pipe.receive()) is not None:
-                    await self._dispatch(msg)
+                    try:
+                        await self._dispatch(msg)
+                    except ConnectionError as exc:
+                        # Answering it, the pipe broke: the worker is gone (killed, or it took a
+                        # SIGTERM meant for a node stopping as it starts). Its end is handled
+                        # below like any other; raised, it would end the whole node.
+                        log.warning("worker pipe closed while answering %s: %s", type(msg).__name__, exc)
+                        break
             finally:
                 self._consuming = False
                 self.state.worker_alive = False
