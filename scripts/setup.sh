@@ -26,7 +26,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c
   for try in 1 2 3; do
     .venv/bin/python -m pip install -q --retries 10 "torch>=2.4" "torchvision>=0.19" 2>&1 | grep -v "^WARNING: Location" || true
     .venv/bin/python -m pip install -q --retries 10 -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
-    if .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich, playwright" 2>/dev/null; then
+    if .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich, playwright, xdist" 2>/dev/null; then
       break
     fi
     [ "$try" = 3 ] || { echo "== install incomplete (try $try of 3): trying again in 10 s" >&2; sleep 10; }

@@ -5,6 +5,9 @@
 #   scripts/test.sh --all            everything, the slow real-process tests too (what CI runs)
 #   scripts/test.sh tests/test_x.py  the tests named, slow or not
 # Other arguments go to pytest, e.g. scripts/test.sh -k cluster -x. P2PNODE_TEST_ALL=1 = --all.
+# Tests run on P2PNODE_TEST_JOBS pytest-xdist workers (default 2: most real-daemon tests wait on
+# the network, and one at a time left a core idle; the torch clusters keep to one worker, see
+# tests/conftest.py); P2PNODE_TEST_JOBS=0 runs them in this process (for pdb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 P2PNODE_TEST_TOOLS=1 bash scripts/setup.sh
@@ -21,4 +24,5 @@ for arg in "$@"; do
     args+=("$arg")
   fi
 done
-exec .venv/bin/python -m pytest -p no:cacheprovider -q "${select[@]}" "${args[@]}"
+exec .venv/bin/python -m pytest -p no:cacheprovider -q -n "${P2PNODE_TEST_JOBS:-2}" --dist loadgroup \
+  "${select[@]}" "${args[@]}"

@@ -30,6 +30,22 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable
             sys.stderr.write(f"\n----- log of {node.name} -----\n{node.log()[-6000:]}\n")
 
 
+# Modules whose tests train real torch workers in several daemons at once: each keeps a core or
+# two busy for 10-30 s. scripts/test.sh runs the suite on two pytest-xdist workers
+# (--dist loadgroup); these run one after another on one of them, so that two such clusters never
+# share the machine's cores (tests tuned on a loaded machine, not on one loaded twice over), while
+# the other worker runs the rest: unit tests and daemons that mostly wait on the network.
+TRAINING_CLUSTERS = {"test_tasks_cluster.py", "test_cluster.py", "test_poisoned_peer.py", "test_sync_mode.py",
+                     "test_consensus.py", "test_restart_finished.py", "test_ps_mode.py",
+                     "test_divergence_daemon.py", "test_exchange_rounds.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in TRAINING_CLUSTERS:
+            item.add_marker(pytest.mark.xdist_group("training_clusters"))
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield
