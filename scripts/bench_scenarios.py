@@ -66,6 +66,8 @@ SCENARIOS = {s.name: s for s in [
     Scenario("classes2", "2 label-sorted chunks per node", "classes:k=2"),
     Scenario("thin25", "every link 25 Mbit/s, even shards", rate="25mbit"),
     Scenario("straggler", "node 3 at half speed, even shards", straggler=True),
+    Scenario("straggler-dir0.1", "node 3 at half speed, label skew Dirichlet alpha 0.1 (its classes are its own)",
+             "dirichlet:alpha=0.1", straggler=True),
     Scenario("straggler-reducer", "the node with the lowest id at half speed, even shards", straggler=True,
              slow_reducer=True),
     Scenario("kill", "node 3 SIGKILLed half-way and restarted, even shards", kill=True),
