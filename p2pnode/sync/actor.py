@@ -186,6 +186,7 @@ class SyncActor:
     async def _contribute_once(self, msg: SyncContribute) -> Outcome | None:
         if msg.phase != FINAL:
             self.making = msg.round + 1 if msg.phase == 0 else msg.round
+            self._forget_the_past()
         rid, addr = self.reducer_of(self.making)
         if self.current[0] and self.current[0] != rid:
             self.previous = self.current
@@ -213,6 +214,17 @@ class SyncActor:
         self.passed_over[rid] = out.step_down
         self.totals["stood_down"] += 1
         return None  # through the next reducer
+
+    def _forget_the_past(self) -> None:
+        """Drop stand-downs no longer read (over, and past the rounds a node could replay across
+        them) and unreachable marks run out: kept, both grew by an entry for every reducer a
+        long-lived node ever passed over."""
+        over = [rid for rid, until in self.passed_over.items() if until + MAX_REPLAY <= self.making]
+        for rid in over:
+            del self.passed_over[rid]
+        now = time.monotonic()
+        for rid in [rid for rid, until in self.unreachable.items() if until <= now]:
+            del self.unreachable[rid]
 
     def _across_stand_down(self, rid: str, prev: str) -> bool:
         """Did we leave ``prev`` for ``rid`` at a stand-down: ``prev`` rests now, or ``rid``'s rest
