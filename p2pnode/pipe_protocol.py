@@ -70,6 +70,9 @@ class Progress(Message):
     lr: float  # the step size now (a divergence halves it for a while)
     #: non-finite losses seen so far (each restored the model and halved the step size)
     nonfinite: int = 0
+    #: the part of each batch trained on (exchange.sync_keep_pace: under 1 on a node slower
+    #: than the others)
+    batch_share: float = 1.0
 
 
 @dataclass

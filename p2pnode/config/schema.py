@@ -203,6 +203,12 @@ class ExchangeConfig(Table):
     sync_rank: Positive = 8
     #: seconds the reducer waits for the last contributions of a step after the first
     sync_timeout: Seconds = 2.0
+    #: a node slower than the others' median step trains on a part of each batch (down to an
+    #: eighth) so that its step keeps their pace and its data counts in every round. Off by
+    #: default: with a node at half speed it gained 3.6 pt on Dirichlet 0.1 shards and lost
+    #: 1.7 pt on even shards (docs/BENCHMARKS.md, fifteenth round); off, a node much slower
+    #: trains on whole batches and replays the rounds it missed instead
+    sync_keep_pace: bool = False
 
 
 class CompressionConfig(Table):

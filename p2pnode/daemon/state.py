@@ -32,6 +32,9 @@ class TrainingState:
     lr: float = 0.0
     #: non-finite losses so far (each: model restored from its public copy, step size halved)
     nonfinite: int = 0
+    #: the part of each batch trained on: under 1, the node is slower than the others and
+    #: keeps their pace (exchange.sync_keep_pace)
+    batch_share: float = 1.0
     done: bool = False
     accuracy: float | None = None
     test_loss: float | None = None

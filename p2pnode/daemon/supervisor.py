@@ -139,7 +139,7 @@ class WorkerSupervisor:
             self.metrics.note_nonfinite(max(0, msg.nonfinite - s.nonfinite))  # and the diverging gauge
             self.metrics.lr.set(msg.lr)
             s.step, s.samples, s.loss, s.done, s.lr = msg.step, msg.samples, msg.loss, msg.done, msg.lr
-            s.nonfinite = msg.nonfinite
+            s.nonfinite, s.batch_share = msg.nonfinite, msg.batch_share
             await self.clock.tick()
         elif isinstance(msg, Published):
             await self._on_published(msg)

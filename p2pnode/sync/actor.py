@@ -40,6 +40,8 @@ log = logging.getLogger("p2pnode.sync")
 
 #: seconds a reducer we could not reach is passed over (membership says it is dead soon after)
 UNREACHABLE_FOR = 5.0
+#: the longest step time a reducer's answer may ask a node to keep (seconds)
+MAX_PACE = 60.0
 #: seconds after a catch-up before the second one (momentum built again from the same means)
 CATCH_UP_AGAIN = 3.0
 #: seconds between two catch-ups (a whole model each) of a node that keeps missing rounds
@@ -127,7 +129,7 @@ class SyncActor:
             async with asyncio.timeout(self.cfg.exchange.timeout):
                 await self.pipe.send(SyncResult(phase=msg.phase, round=outcome.round, data=outcome.data,
                                                 count=outcome.count, included=outcome.included,
-                                                replay=[list(r) for r in outcome.replay]))
+                                                replay=[list(r) for r in outcome.replay], pace=outcome.pace))
         except (TimeoutError, ConnectionError):
             pass  # the worker is gone; a new one starts over with the seeded Q
 
@@ -266,9 +268,13 @@ class SyncActor:
             replay = body.get("replay") or []
             if not isinstance(replay, list) or len(replay) > MAX_REPLAY:
                 raise ValueError(f"a replay of {len(replay) if isinstance(replay, list) else '?'} rounds")
+            pace = float(body.get("pace") or 0.0)
+            if not 0.0 <= pace <= MAX_PACE:  # NaN too: a pace we could not keep is no pace
+                raise ValueError(f"pace {pace!r} s")
             return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]),
                            bool(body.get("behind", False)),
-                           [(int(r), bytes(m0), bytes(m1)) for r, m0, m1 in replay], int(body.get("step_down") or 0))
+                           [(int(r), bytes(m0), bytes(m1)) for r, m0, m1 in replay], int(body.get("step_down") or 0),
+                           pace)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
             self.totals["failures"] += 1
@@ -320,7 +326,8 @@ class SyncActor:
         self.totals["bytes_sent"] += len(out.data) + sum(len(m0) + len(m1) for _, m0, m1 in out.replay)
         return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
                                                 "behind": out.behind, "data": out.data, "step_down": out.step_down,
-                                                "replay": [list(r) for r in out.replay]}, use_bin_type=True),
+                                                "replay": [list(r) for r in out.replay], "pace": out.pace},
+                                               use_bin_type=True),
                             content_type=MSGPACK)
 
     def status(self) -> dict[str, Any]:

@@ -44,6 +44,12 @@ class Lateness:
         old = self.step.get(node)
         self.step[node] = took if old is None else (1 - ALPHA) * old + ALPHA * took
 
+    def pace(self, node: str, running: set[str] | None = None) -> float:
+        """The median of the other nodes' average step times (0.0: none known yet): the step
+        time ``node`` is asked to keep (``exchange.sync_keep_pace``)."""
+        others = [t for n, t in self.step.items() if n != node and (running is None or n in running)]
+        return statistics.median(others) if others else 0.0
+
     def slow(self, running: set[str] | None = None) -> set[str]:
         """The nodes not waited for now (among ``running``, when given)."""
         times = {n: t for n, t in self.step.items() if running is None or n in running}

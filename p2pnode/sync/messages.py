@@ -43,3 +43,5 @@ class SyncResult(Message):
     #: phase 0 came too late: the rounds missed, [round, phase-0 mean, phase-1 mean] each, for
     #: the worker to step along instead of a step of its own
     replay: list[list[Any]] = field(default_factory=list)
+    #: phase 0: the others' median step time, seconds (0.0: not known; ``exchange.sync_keep_pace``)
+    pace: float = 0.0

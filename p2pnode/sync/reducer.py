@@ -69,6 +69,9 @@ class Outcome:
     #: the reducer stood down (its own node is slow): take the next lowest id for the rounds
     #: before this one (0: it did not)
     step_down: int = 0
+    #: phase 0: the others' median step time, seconds (0.0: not known), the pace a slower node
+    #: keeps by training on a part of its batch (``exchange.sync_keep_pace``)
+    pace: float = 0.0
 
 
 @dataclass
@@ -192,7 +195,10 @@ class Reducer:
                 return Outcome(rnd, b"", 0, False, step_down=until)
         if phase == 0:
             self.late.came(node, took)
-            return await self._phase0(node, rnd, data)
+            pace = self.late.pace(node, self.running())
+            out = await self._phase0(node, rnd, data)
+            out.pace = pace
+            return out
         if phase == 1:
             return await self._phase1(node, rnd, data)
         return await self._final(node, data)

@@ -137,6 +137,23 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
+def head(batch: Any, k: int) -> Any:
+    """The first ``k`` items of a batch: every tensor whose first dimension is the batch's cut to
+    ``k``, through tuples, lists and dicts; anything else as it is."""
+    n = batch_len(batch)
+
+    def cut(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x[:k] if x.dim() and x.shape[0] == n else x
+        if isinstance(x, (list, tuple)):
+            return type(x)(cut(v) for v in x) if not hasattr(x, "_fields") else type(x)(*(cut(v) for v in x))
+        if isinstance(x, dict):
+            return {key: cut(v) for key, v in x.items()}
+        return x
+
+    return cut(batch)
+
+
 def batch_len(batch: Any) -> int:
     """Items in a batch: the first dimension of its first tensor."""
     if isinstance(batch, torch.Tensor):

@@ -109,7 +109,8 @@ class Worker:
         #: exchange.sync = "powersgd": the gradients' all-reduce (p2pnode/sync/)
         self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed)
                      if cfg.exchange.sync == "powersgd" else None)
-        self.all_reduce = AllReduce(self.trainer, self.sync, self.sync_phase) if self.sync is not None else None
+        self.all_reduce = (AllReduce(self.trainer, self.sync, self.sync_phase, cfg.exchange.sync_keep_pace)
+                           if self.sync is not None else None)
         self.sync_result: SyncResult | None = None
 
     def send(self, msg: Message) -> None:
@@ -240,7 +241,7 @@ class Worker:
             # from an old checkpoint) must see it move as our model comes back towards theirs
             self.publish()
         self.send(Progress(step=t.step, samples=t.samples, loss=loss, done=t.done, lr=t.lr_now(),
-                           nonfinite=t.nonfinite_steps))
+                           nonfinite=t.nonfinite_steps, batch_share=t.batch_share))
         every = c.training.eval_every
         if every and t.step % every == 0:
             self.evaluate(c.training.eval_samples)

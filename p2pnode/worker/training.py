@@ -24,6 +24,8 @@ from p2pnode.worker.qgm import QuasiGlobalSGD
 #: finite steps after which a step size halved by a divergence is doubled back
 RECOVERY_STEPS = 100
 MIN_LR_SCALE = 1.0 / 1024
+#: the fewest items a part of a batch holds (batch norm needs two)
+MIN_ITEMS = 2
 
 
 def build_optimizer(name: str, model: torch.nn.Module, lr: float, momentum: float,
@@ -64,6 +66,10 @@ class ShardTrainer:
         self.step = 0
         self.samples = 0
         self.last_batch = t.batch_size  #: items in the last step's batch
+        #: the part of each batch trained on (exchange.sync_keep_pace: a node slower than the
+        #: others takes fewer items, not fewer rounds); the rest of the batch is drawn and
+        #: counted all the same, so every node's schedule and end stay the group's
+        self.batch_share = 1.0
         self.loss_ema = float("nan")
         self.nonfinite_steps = 0
         #: step-size factor after a divergence: halved at each non-finite loss (so a recovery
@@ -123,6 +129,9 @@ class ShardTrainer:
         model itself instead (``step_along``: the rounds a late node missed)."""
         self.model.train()
         batch = self._next_batch()
+        drawn = loader.batch_len(batch)
+        if self.batch_share < 1.0:
+            batch = loader.head(batch, max(MIN_ITEMS, min(drawn, round(drawn * self.batch_share))))
         lr = self.lr_now()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -131,7 +140,7 @@ class ShardTrainer:
         runtime.check_loss(loss)
         value = float(loss.detach())
         self.step += 1
-        self.last_batch = loader.batch_len(batch)
+        self.last_batch = drawn
         self.samples += self.last_batch
         if not math.isfinite(value):
             # A diverged batch: taking the step would spread NaN into the model and, through
