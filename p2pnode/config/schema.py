@@ -209,10 +209,6 @@ class ExchangeConfig(Table):
     #: 1.7 pt on even shards (docs/BENCHMARKS.md, fifteenth round); off, a node much slower
     #: trains on whole batches and replays the rounds it missed instead
     sync_keep_pace: bool = False
-    #: how the round's mean weighs the nodes: "nodes", each node's mean gradient alike (as DDP
-    #: with equal batches: every node's data weighs the same); "items", by the part of its batch
-    #: each trained on (sync_keep_pace: a node on a quarter of a batch weighs a quarter)
-    sync_weights: Literal["nodes", "items"] = "nodes"
 
 
 class CompressionConfig(Table):

@@ -33,7 +33,7 @@ from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
-from p2pnode.sync.reducer import MAX_REPLAY, MIN_WEIGHT, Outcome, Reducer, SyncRefused
+from p2pnode.sync.reducer import MAX_REPLAY, Outcome, Reducer, SyncRefused
 from p2pnode.sync.standdown import REST_ROUNDS
 
 log = logging.getLogger("p2pnode.sync")
@@ -243,8 +243,7 @@ class SyncActor:
         if rid == self.node_id:
             try:
                 async with asyncio.timeout(wait):
-                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data, msg.took,
-                                                        msg.weight)
+                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data, msg.took)
             except (TimeoutError, SyncRefused) as exc:
                 log.warning("our own contribution was not averaged: %s", exc or "timeout")
                 self.totals["failures"] += 1
@@ -252,7 +251,7 @@ class SyncActor:
             self.totals["reduced_here"] += msg.phase == 1 and not out.step_down
             return out
         path = (f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
-                + (f"&weight={msg.weight:.4f}" if msg.weight != 1.0 else "") + ("&replay=1" if replay_only else ""))
+                + ("&replay=1" if replay_only else ""))
         try:
             resp = await self.client.request("POST", addr, path, b"" if replay_only else msg.data, wait, MSGPACK)
         except PeerError as exc:  # not reached at all (refused, reset, no answer in time)
@@ -289,13 +288,10 @@ class SyncActor:
         try:
             phase, rnd = int(request.query.get("phase", "")), int(request.query.get("round", ""))
             took = float(request.query.get("took", "0"))
-            weight = float(request.query.get("weight", "1"))
         except ValueError:
-            return error(400, "?phase=0|1&round=N&from=NODE_ID are required (&took=SECONDS, &weight=W numbers)")
+            return error(400, "?phase=0|1&round=N&from=NODE_ID are required (&took=SECONDS a number)")
         if not 0 <= took <= 3600:  # NaN fails too
             return error(400, "took is the seconds a step took: 0 to 3600")
-        if not MIN_WEIGHT <= weight <= 1:
-            return error(400, f"weight is a node's part in the round's mean: {MIN_WEIGHT} to 1")
         if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1, FINAL) or not -2 <= rnd < 2**53:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
         if not self.joined.is_set():
@@ -320,7 +316,7 @@ class SyncActor:
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
                 out = (self.reducer.replay_for(rnd) if replay_only
-                       else await self.reducer.contribute(peer, phase, rnd, body, took, weight))
+                       else await self.reducer.contribute(peer, phase, rnd, body, took))
         except SyncRefused as exc:
             self.totals["refused"] += 1
             return error(400, f"contribution refused: {exc}")

@@ -25,8 +25,6 @@ class SyncContribute(Message):
     data: bytes
     #: phase 0: seconds our step took since the last mean we applied (who is slow: lateness.py)
     took: float = 0.0
-    #: phases 0 and 1: our weight in the round's mean, 0 to 1 (``exchange.sync_weights``)
-    weight: float = 1.0
 
 
 @dataclass

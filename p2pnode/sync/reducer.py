@@ -38,8 +38,6 @@ from p2pnode.sync.standdown import StandDown
 
 #: closed phases kept, to answer a late contributor with the means it missed (two a round)
 KEEP = 64
-#: the least weight a contribution may carry in a round's mean (``exchange.sync_weights``)
-MIN_WEIGHT = 1.0 / 64
 #: the most rounds a late node replays (more: it takes a running node's model instead)
 MAX_REPLAY = 16
 #: contributors one phase takes at most (the rest are refused)
@@ -81,7 +79,6 @@ class _Bucket:
     round: int
     expected: set[str]
     parts: dict[str, np.ndarray] = field(default_factory=dict)
-    weights: dict[str, float] = field(default_factory=dict)  #: each part's weight in the mean
     done: asyncio.Future[tuple[bytes, frozenset[str]]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
@@ -181,12 +178,8 @@ class Reducer:
             return Outcome(q_round, b"", 0, False)
         return Outcome(current, b"", 0, False, replay=self._replay(q_round, current))
 
-    async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0,
-                         weight: float = 1.0) -> Outcome:
-        """``took``: phase 0, the seconds the contributor's step took (who is slow: lateness.py);
-        ``weight``: phases 0 and 1, its weight in the round's mean (``exchange.sync_weights``)."""
-        if not MIN_WEIGHT <= weight <= 1:  # NaN too
-            raise SyncRefused(f"a weight is {MIN_WEIGHT} to 1, not {weight!r}")
+    async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0) -> Outcome:
+        """``took``: phase 0, the seconds the contributor's step took (who is slow: lateness.py)."""
         final = self.final
         if (final is not None and phase != FINAL and node in final.expected and node not in final.parts
                 and not final.done.done()):
@@ -203,11 +196,11 @@ class Reducer:
         if phase == 0:
             self.late.came(node, took)
             pace = self.late.pace(node, self.running())
-            out = await self._phase0(node, rnd, data, weight)
+            out = await self._phase0(node, rnd, data)
             out.pace = pace
             return out
         if phase == 1:
-            return await self._phase1(node, rnd, data, weight)
+            return await self._phase1(node, rnd, data)
         return await self._final(node, data)
 
     async def _final(self, node: str, data: bytes) -> Outcome:
@@ -237,7 +230,7 @@ class Reducer:
             return set(self.final_result[1])
         return set(self.final.parts) if self.final is not None else set()
 
-    async def _phase0(self, node: str, q_round: int, data: bytes, weight: float = 1.0) -> Outcome:
+    async def _phase0(self, node: str, q_round: int, data: bytes) -> Outcome:
         if (self.q_round is not None and q_round > self.q_round and self.open0 is None and not self.open1
                 and asyncio.get_running_loop().time() - self._last_close > IDLE_RESET):
             self._fresh()  # we stood in for a while and have been idle since: follow on as a fresh reducer
@@ -277,7 +270,7 @@ class Reducer:
             running = self.running()
             expected = ((self.members & running) or running) - self._done() - self._not_waited(running)
             bucket = self.open0 = _Bucket(self.next_round, expected or {node})
-        return await self._add(bucket, node, data, phase=0, weight=weight)
+        return await self._add(bucket, node, data, phase=0)
 
     def _not_now(self, node: str) -> None:
         """``node`` was just told it is behind: it cannot make the round open now (it needs
@@ -325,14 +318,14 @@ class Reducer:
             bucket.done.set_result((b"", frozenset()))
         self.open0 = None
 
-    async def _phase1(self, node: str, rnd: int, data: bytes, weight: float = 1.0) -> Outcome:
+    async def _phase1(self, node: str, rnd: int, data: bytes) -> Outcome:
         if (rnd, 1) in self.closed:
             mean, members = self.closed[(rnd, 1)]
             return Outcome(rnd, mean, len(members), node in members)
         first = self.closed.get((rnd, 0))
         if first is None or node not in first[1]:
             return Outcome(rnd, b"", 0, False)
-        return await self._add(self._bucket1(rnd, first[1]), node, data, phase=1, weight=weight)
+        return await self._add(self._bucket1(rnd, first[1]), node, data, phase=1)
 
     def _bucket1(self, rnd: int, members: frozenset[str]) -> _Bucket:
         """Round ``rnd``'s phase 1, open: it waits for the nodes its phase 0 averaged, but not
@@ -346,13 +339,12 @@ class Reducer:
                                                or set(members))
         return bucket
 
-    async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int, weight: float = 1.0) -> Outcome:
+    async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
         length = next(iter(bucket.parts.values())).size if bucket.parts else None
         arr = parse(data, length, wire_dtype(phase))
         if node not in bucket.parts and len(bucket.parts) >= MAX_MEMBERS:
             raise SyncRefused(f"a round takes at most {MAX_MEMBERS} nodes")
         bucket.parts[node] = arr
-        bucket.weights[node] = weight
         if bucket.expected <= bucket.parts.keys():
             self._close(bucket, phase)
         elif bucket.timer is None:
@@ -383,15 +375,9 @@ class Reducer:
             bucket.timer.cancel()
         names = sorted(bucket.parts)  # one order on every reducer: the same sum to the bit
         total = np.zeros_like(bucket.parts[names[0]])
-        weights = [bucket.weights.get(name, 1.0) for name in names]
-        if all(w == 1.0 for w in weights):
-            for name in names:
-                total += bucket.parts[name]
-            mean = (total / len(names)).astype(wire_dtype(phase)).tobytes()
-        else:  # exchange.sync_weights = "items": the mean of the items trained on, not of the nodes
-            for name, w in zip(names, weights):
-                total += np.float32(w) * bucket.parts[name]
-            mean = (total / np.float32(sum(weights))).astype(wire_dtype(phase)).tobytes()
+        for name in names:
+            total += bucket.parts[name]
+        mean = (total / len(names)).astype(wire_dtype(phase)).tobytes()
         members = frozenset(names)
         if phase == FINAL:
             self.final_result = (mean, members)
@@ -410,5 +396,4 @@ class Reducer:
             self.shared += len(members) > 1
             self._last_close = asyncio.get_running_loop().time()
         bucket.parts.clear()
-        bucket.weights.clear()
         bucket.done.set_result((mean, members))

@@ -65,19 +65,16 @@ class AllReduce:
         self.keep_pace = keep_pace
         self.synced_at = 0.0  #: when the last all-reduce's answer came (our step's time runs from it)
         self.took = 0.0  #: our moving average of our step time, seconds
-        self._asked = (0.0, 0.0)  #: (pace, took) of the round under way
         self._told = 1.0  #: the share last logged
 
     def __call__(self) -> bool | None:
         """The trainer's reduce hook (``ShardTrainer.train_step``): True, the gradients are the
         network's mean; False, the rounds we missed were stepped along and there is no step of
         our own to take; None, the all-reduce failed and our own gradient stands."""
-        self._asked = (0.0, 0.0)
         try:
             return self._reduce()
         finally:
             self.synced_at = time.monotonic()  # our next step's time runs from the mean (or replay) we took
-            self.pace(*self._asked)  # after the round: both its phases weigh this batch's part
 
     def _reduce(self) -> bool | None:
         sync, t = self.sync, self.trainer
@@ -87,7 +84,7 @@ class AllReduce:
             first = self.phase(0, sync.q_round, sync.phase0(grads), took)
             if first is None:
                 return None
-            self._asked = (first.pace, took)
+            self.pace(first.pace, took)
             if not first.included:
                 if first.replay:
                     t.drop_step()  # the rounds we missed replace this step: its gradient is dropped

@@ -273,8 +273,7 @@ class Worker:
         """Send one phase's contribution and wait for its mean (handling what else comes)."""
         x = self.cfg.exchange
         self.sync_result = None
-        weight = self.trainer.batch_share if phase != FINAL and x.sync_weights == "items" else 1.0
-        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took, weight=weight))
+        self.send(SyncContribute(phase=phase, round=rnd, data=data, took=took))
         deadline = time.monotonic() + 2 * (x.sync_timeout + x.timeout) + 1.0
         while self.running:
             got = self.sync_result

@@ -434,21 +434,3 @@ def test_a_reducer_does_not_stand_down_once_the_models_mean_has_begun(monkeypatc
         assert not first.step_down and first.included and r.resting_until == 0
         done.cancel()
     asyncio.run(go())
-
-
-def test_weights_make_the_mean_one_of_the_items_and_a_bad_weight_is_refused() -> None:
-    """``exchange.sync_weights = "items"``: a node that trained on a quarter of its batch
-    weighs a quarter in both phases' means; weights all 1 give the plain mean, to the bit."""
-    async def go() -> None:
-        r = reducer({"a", "b"})
-        first = await asyncio.gather(r.contribute("a", 0, -1, f16(1, 2), weight=1.0),
-                                     r.contribute("b", 0, -1, f16(5, 10), weight=0.25))
-        assert {o.data for o in first} == {f16(1.8, 3.6)}  # (1 + 0.25 * 5) / 1.25, (2 + 0.25 * 10) / 1.25
-        second = await asyncio.gather(r.contribute("a", 1, first[0].round, f16(0), weight=1.0),
-                                      r.contribute("b", 1, first[0].round, f16(5), weight=0.25))
-        assert {o.data for o in second} == {f16(1)}
-        for bad in (0.0, 1.5, float("nan"), -1.0):
-            with pytest.raises(SyncRefused):
-                await r.contribute("a", 0, first[0].round, f16(1, 2), weight=bad)
-        assert r.rounds == 1
-    asyncio.run(go())
