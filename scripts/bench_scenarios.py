@@ -101,6 +101,9 @@ VARIANTS: dict[str, list[str]] = {
     # the same mean gradient to the same seeded model), the nodes starting together
     **{f"sync{r}": ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={r}",
                     "--set", "training.min_peers=3"] for r in (4, 6, 7, 8)},
+    # a slower node trains on a part of each batch to keep the others' pace (exchange.sync_keep_pace)
+    "sync6-pace": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
+                   "--set", "exchange.sync_keep_pace=true"],
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],

@@ -62,6 +62,7 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert status == 200
     out = msgpack.unpackb(body, raw=False)
     assert out["included"] and out["count"] == 1 and out["data"] == f16(1, 2)
+    assert out["pace"] == 0.0  # no node's step time known yet (stub workers send none)
     shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", b.addr], capture_output=True, text=True,
                            timeout=60, check=True).stdout
     assert "sync      powersgd rank 8" in shown and "failures 0" in shown, shown
