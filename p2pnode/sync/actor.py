@@ -129,7 +129,8 @@ class SyncActor:
             async with asyncio.timeout(self.cfg.exchange.timeout):
                 await self.pipe.send(SyncResult(phase=msg.phase, round=outcome.round, data=outcome.data,
                                                 count=outcome.count, included=outcome.included,
-                                                replay=[list(r) for r in outcome.replay], pace=outcome.pace))
+                                                replay=[list(r) for r in outcome.replay], pace=outcome.pace,
+                                                new_group=outcome.new_group))
         except (TimeoutError, ConnectionError):
             pass  # the worker is gone; a new one starts over with the seeded Q
 
@@ -274,7 +275,7 @@ class SyncActor:
             return Outcome(int(body["round"]), bytes(body["data"]), int(body["count"]), bool(body["included"]),
                            bool(body.get("behind", False)),
                            [(int(r), bytes(m0), bytes(m1)) for r, m0, m1 in replay], int(body.get("step_down") or 0),
-                           pace)
+                           pace, bool(body.get("new_group", False)))
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("all-reduce through %s failed (%s): a local step", rid, exc)
             self.totals["failures"] += 1
@@ -326,7 +327,8 @@ class SyncActor:
         self.totals["bytes_sent"] += len(out.data) + sum(len(m0) + len(m1) for _, m0, m1 in out.replay)
         return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
                                                 "behind": out.behind, "data": out.data, "step_down": out.step_down,
-                                                "replay": [list(r) for r in out.replay], "pace": out.pace},
+                                                "replay": [list(r) for r in out.replay], "pace": out.pace,
+                                                "new_group": out.new_group},
                                                use_bin_type=True),
                             content_type=MSGPACK)
 

@@ -45,3 +45,5 @@ class SyncResult(Message):
     replay: list[list[Any]] = field(default_factory=list)
     #: phase 0: the others' median step time, seconds (0.0: not known; ``exchange.sync_keep_pace``)
     pace: float = 0.0
+    #: phase 0: the round's nodes are not the round before's: phase 1 without error feedback
+    new_group: bool = False

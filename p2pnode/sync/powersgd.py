@@ -75,6 +75,7 @@ class PowerSync:
         #: the round whose phase 1 gave our Q (-1: the seeded ones)
         self.q_round = -1
         self._m: dict[str, torch.Tensor] = {}
+        self._g: dict[str, torch.Tensor] = {}  #: this step's gradients, without the error
         self._p: dict[str, torch.Tensor] = {}
         self._dense: dict[str, torch.Tensor] = {}
 
@@ -86,12 +87,12 @@ class PowerSync:
     def phase0(self, grads: dict[str, torch.Tensor]) -> bytes:
         """Our P factors (and the small tensors whole) for this step's gradients."""
         out = []
-        self._m = {}
+        self._m, self._g = {}, {}
         for x in self.layout:
             g = grads[x.name].detach().float().reshape(x.rows, x.cols)
             if x.rank:
                 m = g + self.err[x.name]
-                self._m[x.name] = m
+                self._m[x.name], self._g[x.name] = m, g
                 out.append(m @ self.q[x.name])
             else:
                 out.append(g)
@@ -111,9 +112,24 @@ class PowerSync:
             else:
                 self._dense[x.name] = part.reshape(x.shape)
 
-    def phase1(self, mean0: bytes) -> bytes:
-        """Our Q factors against the network's mean P (orthonormalised)."""
+    def phase1(self, mean0: bytes, clean: bool = False) -> bytes:
+        """Our Q factors against the network's mean P (orthonormalised). ``clean``: the round's
+        nodes are not the round before's, and our error feedback is left out (this step's
+        gradient alone; the error starts again from what the round leaves of it).
+
+        Why: a node's error is M - P Q'^T with P Q'^T the approximation of the *mean* M, so it
+        holds, besides the compression's residual, the node's own deviation from the mean,
+        summed over every round (a random walk on even shards; growing with every step on
+        skewed ones, where a node's gradient always leans towards its classes). The deviations
+        cancel in the mean only while the same nodes are in every round. One node out (late,
+        restarted, dropped) and the others' sum of deviations, minus the missing one's, entered
+        the mean whole; one node back and its own did. With a node at half speed coming and going
+        that cost 1.5 pt on even shards and 7 on Dirichlet 0.1 (docs/BENCHMARKS.md, fifteenth
+        round). P, averaged in phase 0 before the round's nodes are known, still holds the
+        deviations: its subspace is off for a round, but the mean taken in it is of the gradients."""
         self._split0(mean0)
+        if clean:
+            self._m = dict(self._g)
         out = [self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank]
         # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
         return to_wire(out) if out else b"\0\0"

@@ -72,6 +72,9 @@ class Outcome:
     #: phase 0: the others' median step time, seconds (0.0: not known), the pace a slower node
     #: keeps by training on a part of its batch (``exchange.sync_keep_pace``)
     pace: float = 0.0
+    #: phase 0: this round's nodes are not the round before's (a node came or went): every node
+    #: leaves its error feedback out of phase 1 (``PowerSync.phase1``)
+    new_group: bool = False
 
 
 @dataclass
@@ -83,6 +86,7 @@ class _Bucket:
         default_factory=lambda: asyncio.get_running_loop().create_future())
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
+    new_group: bool = False  #: phase 0, closed: its nodes are not the round before's
 
 
 def wire_dtype(phase: int) -> str:
@@ -118,6 +122,9 @@ class Reducer:
         self.next_round = 0
         self.q_round: int | None = None  #: the round of the last phase 1 closed (None: none yet)
         self.members: set[str] = set()  #: the last round's phase-0 members
+        #: the nodes of the last phase 0 closed, exactly (``members`` also gains nodes told they
+        #: are behind, to be waited for)
+        self._last_group: frozenset[str] = frozenset()
         self.open0: _Bucket | None = None
         self.open1: dict[int, _Bucket] = {}
         self.final: _Bucket | None = None
@@ -145,6 +152,7 @@ class Reducer:
         down, the rounds closed are kept while we rest: a node behind them (our own slow one,
         most likely) is still answered with them to replay (``contribute``)."""
         self.q_round, self.rounds, self.shared, self.members = None, 0, 0, set()
+        self._last_group = frozenset()
         if not keep_closed:
             self.closed.clear()
         self.late = Lateness()
@@ -350,7 +358,7 @@ class Reducer:
         elif bucket.timer is None:
             self._arm(bucket, phase)
         mean, members = await asyncio.shield(bucket.done)
-        return Outcome(bucket.round, mean, len(members), node in members)
+        return Outcome(bucket.round, mean, len(members), node in members, new_group=bucket.new_group)
 
     def _arm(self, bucket: _Bucket, phase: int, restart: bool = False) -> None:
         """Close ``bucket`` ``wait`` seconds from now without the nodes still missing (the
@@ -387,7 +395,8 @@ class Reducer:
                 self.closed.popitem(last=False)
         if phase == 0:
             self.open0 = None
-            self.members = set(members)
+            bucket.new_group = members != self._last_group
+            self.members, self._last_group = set(members), members
             self.next_round = bucket.round + 1
         elif phase == 1:
             self.open1.pop(bucket.round, None)

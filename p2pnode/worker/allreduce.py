@@ -93,7 +93,7 @@ class AllReduce:
                 if first.data and first.round >= 0:  # our Q fell behind: the current ones, for the next step
                     sync.resync(first.data, first.round)
                 return None
-            second = self.phase(1, first.round, sync.phase1(first.data), 0.0)
+            second = self.phase(1, first.round, sync.phase1(first.data, clean=first.new_group), 0.0)
             if second is None or not second.data:
                 return None
             mean = sync.finish(second.data, second.round, second.included)
