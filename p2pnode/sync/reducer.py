@@ -122,8 +122,9 @@ class Reducer:
         self.next_round = 0
         self.q_round: int | None = None  #: the round of the last phase 1 closed (None: none yet)
         self.members: set[str] = set()  #: the last round's phase-0 members
-        #: the nodes of the last phase 0 closed, exactly (``members`` also gains nodes told they
-        #: are behind, to be waited for)
+        #: the nodes of the last phase 1 closed: those whose errors that round moved together
+        #: (``members``, phase 0's, also gains nodes told they are behind, to be waited for; a
+        #: slow node in phase 0 may be left out of phase 1)
         self._last_group: frozenset[str] = frozenset()
         self.open0: _Bucket | None = None
         self.open1: dict[int, _Bucket] = {}
@@ -396,7 +397,7 @@ class Reducer:
         if phase == 0:
             self.open0 = None
             bucket.new_group = members != self._last_group
-            self.members, self._last_group = set(members), members
+            self.members = set(members)
             self.next_round = bucket.round + 1
         elif phase == 1:
             self.open1.pop(bucket.round, None)
@@ -404,5 +405,6 @@ class Reducer:
             self.rounds += 1
             self.shared += len(members) > 1
             self._last_close = asyncio.get_running_loop().time()
+            self._last_group = members
         bucket.parts.clear()
         bucket.done.set_result((mean, members))

@@ -6,6 +6,7 @@ all of its gradient owed."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import torch
 
@@ -19,15 +20,27 @@ def model_params(seed: int) -> list[tuple[str, torch.Tensor]]:
     return list(net.named_parameters())
 
 
-def step(syncs: list[PowerSync], grads: list[dict[str, torch.Tensor]], reducer: Reducer) -> list[dict[str, torch.Tensor]]:
-    async def go() -> list[dict[str, torch.Tensor]]:
-        names = [f"n{i}" for i in range(len(syncs))]
-        first = await asyncio.gather(*(reducer.contribute(n, 0, s.q_round, s.phase0(g))
-                                       for n, s, g in zip(names, syncs, grads)))
-        second = await asyncio.gather(*(reducer.contribute(n, 1, o.round, s.phase1(o.data))
-                                        for n, s, o in zip(names, syncs, first)))
-        return [s.finish(o.data, o.round, o.included) for s, o in zip(syncs, second)]
-    return asyncio.run(go())
+def step(syncs: list[PowerSync], grads: list[dict[str, torch.Tensor]], reducer: Reducer,
+         clean: bool | None = None) -> list[dict[str, torch.Tensor]]:
+    """One round of every node in ``syncs``; each leaves its error out of phase 1 when the
+    reducer says the round is a new group (as the worker does), or as ``clean`` says."""
+    return asyncio.run(_round(syncs, grads, reducer, clean))[1]
+
+
+def step_outcomes(syncs: list[PowerSync], grads: list[dict[str, torch.Tensor]], reducer: Reducer) -> list:
+    """One round as ``step``; the phase-0 outcomes."""
+    return asyncio.run(_round(syncs, grads, reducer, None))[0]
+
+
+async def _round(syncs: list[PowerSync], grads: list[dict[str, torch.Tensor]], reducer: Reducer,
+                 clean: bool | None) -> tuple[list, list[dict[str, torch.Tensor]]]:
+    names = [f"n{i}" for i in range(len(syncs))]
+    first = await asyncio.gather(*(reducer.contribute(n, 0, s.q_round, s.phase0(g))
+                                   for n, s, g in zip(names, syncs, grads)))
+    second = await asyncio.gather(*(reducer.contribute(n, 1, o.round, s.phase1(o.data, clean=o.new_group
+                                                                               if clean is None else clean))
+                                    for n, s, o in zip(names, syncs, first)))
+    return first, [s.finish(o.data, o.round, o.included) for s, o in zip(syncs, second)]
 
 
 def test_every_node_rebuilds_the_same_mean_and_error_feedback_keeps_the_sum() -> None:
@@ -92,3 +105,35 @@ def test_a_node_that_missed_rounds_rebuilds_their_means_to_the_bit() -> None:
         assert all(torch.equal(ours[n], theirs[n]) for n, _ in params)
     assert all(torch.equal(c.q[n], a.q[n]) for n in a.q)
     assert all(torch.equal(c.err[n], err[n]) for n in err)  # the gradient it computed meanwhile is dropped
+
+
+def test_a_node_leaving_does_not_pour_the_others_summed_deviations_into_the_mean() -> None:
+    """Each node's error holds its deviation from the mean, summed over the rounds (here each
+    node's gradient leans its own way every step, as on skewed shards). Summed over the nodes
+    they cancel; with one node out of a round, the others' sum (minus the missing one's) came
+    into that round's mean whole. The reducer says the round is a new group, and every node
+    leaves its error out of phase 1: the mean is then of the gradients, off only by the
+    compression's residual of one round."""
+    params = model_params(2)
+    syncs = [PowerSync(params, rank=2, seed=5) for _ in range(3)]
+    running = {"n0", "n1", "n2"}
+    reducer = Reducer(0.2, lambda: set(running))
+    gen = torch.Generator().manual_seed(3)
+    base = {n: torch.randn(p.shape, generator=gen) for n, p in params}
+    grads = [{n: base[n] + 2 * torch.randn(p.shape, generator=gen) for n, p in params} for _ in range(3)]
+    for i in range(40):  # the first round is a new group (nothing before it), none after
+        assert all(o.new_group == (i == 0) for o in step_outcomes(syncs, grads, reducer))
+    name = params[0][0]
+    target = (grads[0][name] + grads[1][name]) / 2
+    as_before = copy.deepcopy(syncs[:2])
+    running.discard("n2")  # n2 is late, or died
+    first, means = asyncio.run(_round(syncs[:2], grads[:2], reducer, None))
+    assert all(o.count == 2 and o.new_group for o in first)
+    off = float((means[0][name] - target).norm() / target.norm())
+    assert off <= 1.01, off  # a projection of the pair's mean gradient: never more than the gradient itself
+    # the same round with each node's error in phase 1, as before the fix: the deviations pour in
+    old = Reducer(0.2, lambda: {"n0", "n1"})
+    mean = step(as_before, grads[:2], old, clean=False)[0][name]
+    off_before = float((mean - target).norm() / target.norm())
+    print(f"one node out: the mean {off:.2f} off without the errors, {off_before:.2f} with them")
+    assert off_before > 5 * max(off, 0.2), (off_before, off)
