@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> dict:
             pos[i] = 0
         idx = orders[i][pos[i]:pos[i] + args.batch]
         pos[i] += args.batch
+        if i == n - 1 and args.last_share < 1:  # a slow node keeping pace on a part of its batch
+            idx = idx[:max(2, round(args.batch * args.last_share))]
         return su.xs[i][idx], su.ys[i][idx]
 
     model = su.base  # one model: every node holds the same weights at every step
@@ -80,11 +82,13 @@ def run(args: argparse.Namespace) -> dict:
     gen = torch.Generator().manual_seed(args.seed)
     sent, size = 0.0, sum(p.numel() for p in params)
     t0 = time.time()
+    if args.drop_last:  # a slow node whose gradients are all dropped: the mean is of the others
+        n -= 1
     for s in range(steps):
         for g in opt.param_groups:
             g["lr"] = sk.lr_at(s, steps, args.lr, warm)
         grads = []
-        for i in range(n):
+        for i in range(n):  # n: less the last node with --drop-last
             bx, by = batch(i)
             gi = torch.autograd.grad(F.cross_entropy(model(bx), by), params)
             grads.append([a + e for a, e in zip(gi, err[i])])
@@ -132,6 +136,9 @@ def main() -> None:
     ap.add_argument("--min-compression-rate", type=float, default=1.0,
                     help="a matrix is factored only when that divides its size by at least this (PyTorch's "
                          "PowerSGD hook: min_compression_rate, 2 by default); the others go whole")
+    ap.add_argument("--last-share", type=float, default=1.0,
+                    help="the last node trains on this part of each batch (exchange.sync_keep_pace)")
+    ap.add_argument("--drop-last", action="store_true", help="the last node's gradients never count")
     ap.add_argument("--scaled", action="store_true", help="--value-bits 16: a power-of-two scale a tensor")
     args = ap.parse_args()
     global SCALED
