@@ -104,6 +104,9 @@ VARIANTS: dict[str, list[str]] = {
     # a slower node trains on a part of each batch to keep the others' pace (exchange.sync_keep_pace)
     "sync6-pace": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
                    "--set", "exchange.sync_keep_pace=true"],
+    # every node waited for every step, a slow one too, as DDP (exchange.sync_wait_for_slow)
+    "sync6-wait": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
+                   "--set", "exchange.sync_wait_for_slow=true"],
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],

@@ -63,6 +63,7 @@ class SyncActor:
         #: set once the node has joined: until then a contribution is held (``post``)
         self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
+                               wait_for_slow=cfg.exchange.sync_wait_for_slow,
                                stood_down=self._stood_down)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
@@ -339,7 +340,7 @@ class SyncActor:
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
                 # as this node's reducer sees them (empty elsewhere): not waited for, everyone's step time
-                "slow": sorted(late.slow(self._running())),
+                "slow": [] if self.reducer.wait_for_slow else sorted(late.slow(self._running())),
                 "step_ms": {n: round(v * 1000, 1) for n, v in sorted(late.step.items())}, **self.totals}
 
     async def close(self) -> None:

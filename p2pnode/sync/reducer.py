@@ -110,8 +110,11 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
 
 class Reducer:
     def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "",
-                 stood_down: Callable[[], set[str]] = set) -> None:
+                 stood_down: Callable[[], set[str]] = set, wait_for_slow: bool = False) -> None:
         self.wait = wait
+        #: exchange.sync_wait_for_slow: every running node is waited for (a slow one too), and we
+        #: never stand down for our own node's pace
+        self.wait_for_slow = wait_for_slow
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
         #: reducers that stood down now (their node slow: sync/actor.py's passed over): a stand-in
@@ -145,6 +148,8 @@ class Reducer:
     def _not_waited(self, running: set[str]) -> set[str]:
         """The nodes a round does not wait for: the slow ones, and a reducer that stood down
         for being slow until we have timed it ourselves."""
+        if self.wait_for_slow:
+            return set()
         return self.late.slow(running) | (self.stood_down() - self.late.step.keys())
 
     def _fresh(self, keep_closed: bool = False) -> None:
@@ -171,7 +176,7 @@ class Reducer:
             down.end()  # our turn again: measured afresh
             self._fresh()
             return 0
-        if (phase != 0 or self.open0 is not None or self.open1 or self.final is not None
+        if (phase != 0 or self.open0 is not None or self.open1 or self.final is not None or self.wait_for_slow
                 or not down.due(self.late, self.running())):
             return 0  # not between rounds, or training ends (the models' mean has begun here)
         until = down.begin(max(self.next_round, making), self.q_round)

@@ -434,3 +434,33 @@ def test_a_reducer_does_not_stand_down_once_the_models_mean_has_begun(monkeypatc
         assert not first.step_down and first.included and r.resting_until == 0
         done.cancel()
     asyncio.run(go())
+
+
+def test_with_wait_for_slow_a_much_slower_node_is_waited_for_every_round() -> None:
+    """``exchange.sync_wait_for_slow``: as DDP, every round waits for the slow node (its data
+    counts in each at its whole weight), and a reducer whose own node is slow never stands down."""
+    async def go() -> None:
+        r = Reducer(2.0, lambda: {"a", "b", "c"}, me="c", wait_for_slow=True)  # the reducer's own node is the slow one
+        loop = asyncio.get_running_loop()
+        rnd, waited = -1, []
+
+        async def c_late(q: int):
+            await asyncio.sleep(0.1)
+            out = await r.contribute("c", 0, q, f16(5), took=0.15)
+            second = await r.contribute("c", 1, out.round, f16(1)) if out.included else None
+            return out, second
+
+        for _ in range(12):
+            t0 = loop.time()
+            late = asyncio.ensure_future(c_late(rnd))
+            first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05),
+                                         r.contribute("b", 0, rnd, f16(3), took=0.05))
+            second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
+            waited.append(loop.time() - t0 >= 0.09)
+            c_first, c_second = await late
+            assert c_first.included and not c_first.replay and c_second is not None and c_second.included
+            assert all(o.count == 3 and o.data == f16(3) for o in first) and not any(o.step_down for o in first)
+            rnd = second[0].round
+        assert all(waited) and r.rounds == 12 and r.resting_until == 0
+        assert r.late.slow() == {"c"}  # timed as slow all the same, and waited for
+    asyncio.run(go())
