@@ -10,7 +10,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from p2pnode.sync.reducer import Reducer, SyncRefused, parse
+from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused, parse
 
 
 def f16(*values: float) -> bytes:
@@ -238,34 +238,44 @@ def test_the_models_mean_waits_at_most_final_wait() -> None:
     asyncio.run(go())
 
 
+async def rounds_with_c_slow(r: Reducer, rounds: int = 12) -> list[tuple[int, list, list, Outcome, bool]]:
+    """``rounds`` rounds of a and b (steps of 0.05 s) with c's contributions 0.1 s behind theirs
+    every round (steps of 0.15 s). Per round: (the round before it, a and b's phase-1 outcomes,
+    c's phase-1 outcome (None: not in phase 0), c's phase-0 outcome, whether a and b waited for c)."""
+    loop = asyncio.get_running_loop()
+    rnd, out = -1, []
+
+    async def c_late(q: int) -> tuple[Outcome, Outcome | None]:
+        await asyncio.sleep(0.1)
+        first = await r.contribute("c", 0, q, f16(5), took=0.15)
+        return first, (await r.contribute("c", 1, first.round, f16(1)) if first.included else None)
+
+    for _ in range(rounds):
+        t0 = loop.time()
+        late = asyncio.ensure_future(c_late(rnd))
+        first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05),
+                                     r.contribute("b", 0, rnd, f16(3), took=0.05))
+        second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
+        waited = loop.time() - t0 >= 0.09
+        c_first, c_second = await late
+        out.append((rnd, [*first, *second], [c_second], c_first, waited))
+        rnd = second[0].round
+        await asyncio.sleep(0.02)  # a and b's next step
+    return out
+
+
 def test_a_node_much_slower_than_the_rest_is_not_waited_for_and_replays_what_it_missed() -> None:
     async def go() -> None:
         r = reducer({"a", "b", "c"}, wait=2.0)
-        loop = asyncio.get_running_loop()
-        rnd, waited, replays = -1, [], 0
-
-        async def c_late(q: int):  # c's steps take 0.1 s more than a's and b's, every round
-            await asyncio.sleep(0.1)
-            out = await r.contribute("c", 0, q, f16(5), took=0.15)
-            if out.included:
-                await r.contribute("c", 1, out.round, f16(1))
-            return out
-
-        for _ in range(12):
-            t0 = loop.time()
-            late = asyncio.ensure_future(c_late(rnd))
-            first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05),
-                                         r.contribute("b", 0, rnd, f16(3), took=0.05))
-            second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
-            waited.append(loop.time() - t0 >= 0.09)
-            c_out = await late
+        seen = await rounds_with_c_slow(r)
+        replays = 0
+        for before, ab, _, c_out, _ in seen:
             if c_out.replay:  # c steps along every round it missed, in order, ending on the current one
                 replays += 1
-                assert [x[0] for x in c_out.replay] == list(range(rnd + 1, r.q_round + 1))
+                assert [x[0] for x in c_out.replay] == list(range(before + 1, ab[-1].round + 1))
                 assert all(x[1] == r.closed[(x[0], 0)][0] and x[2] == r.closed[(x[0], 1)][0] for x in c_out.replay)
-            rnd = second[0].round
-            await asyncio.sleep(0.02)  # a and b's next step
         # waited for in its first steps, then not (a and b close their rounds at once), c replaying them
+        waited = [w for *_, w in seen]
         assert waited[0] and not any(waited[-6:]), waited
         assert r.late.slow() == {"c"} and r.rounds == 12 and replays >= 6
     asyncio.run(go())
@@ -441,26 +451,9 @@ def test_with_wait_for_slow_a_much_slower_node_is_waited_for_every_round() -> No
     counts in each at its whole weight), and a reducer whose own node is slow never stands down."""
     async def go() -> None:
         r = Reducer(2.0, lambda: {"a", "b", "c"}, me="c", wait_for_slow=True)  # the reducer's own node is the slow one
-        loop = asyncio.get_running_loop()
-        rnd, waited = -1, []
-
-        async def c_late(q: int):
-            await asyncio.sleep(0.1)
-            out = await r.contribute("c", 0, q, f16(5), took=0.15)
-            second = await r.contribute("c", 1, out.round, f16(1)) if out.included else None
-            return out, second
-
-        for _ in range(12):
-            t0 = loop.time()
-            late = asyncio.ensure_future(c_late(rnd))
-            first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05),
-                                         r.contribute("b", 0, rnd, f16(3), took=0.05))
-            second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
-            waited.append(loop.time() - t0 >= 0.09)
-            c_first, c_second = await late
-            assert c_first.included and not c_first.replay and c_second is not None and c_second.included
-            assert all(o.count == 3 and o.data == f16(3) for o in first) and not any(o.step_down for o in first)
-            rnd = second[0].round
-        assert all(waited) and r.rounds == 12 and r.resting_until == 0
+        for _, ab, (c_second,), c_first, waited in await rounds_with_c_slow(r):
+            assert waited and c_first.included and not c_first.replay and c_second is not None and c_second.included
+            assert all(o.count == 3 and not o.step_down for o in ab) and ab[0].data == f16(3)
+        assert r.rounds == 12 and r.resting_until == 0
         assert r.late.slow() == {"c"}  # timed as slow all the same, and waited for
     asyncio.run(go())
