@@ -146,7 +146,8 @@ def head(batch: Any, k: int) -> Any:
         if isinstance(x, torch.Tensor):
             return x[:k] if x.dim() and x.shape[0] == n else x
         if isinstance(x, (list, tuple)):
-            return type(x)(cut(v) for v in x) if not hasattr(x, "_fields") else type(x)(*(cut(v) for v in x))
+            items = [cut(v) for v in x]
+            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)  # a namedtuple takes fields
         if isinstance(x, dict):
             return {key: cut(v) for key, v in x.items()}
         return x
