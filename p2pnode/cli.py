@@ -133,6 +133,7 @@ def render_status(s: dict[str, Any]) -> str:
                      f"included {y['included']}  missed {y['missed']}  replayed {y.get('replayed', 0)}  "
                      f"failures {y['failures']}  last count {y['last_count']}  received {b.get('sync_received', 0)}"
                      + (f"  not waited for (slow): {' '.join(y['slow'])}" if y.get("slow") else "")
+                     + (f"  slow, waited for: {' '.join(y['waited_for'])}" if y.get("waited_for") else "")
                      + (f"  stood down until round {y['resting_until']}" if y.get("resting_until") else "")
                      + "".join(f"  passing over {rid} until round {until}"
                                for rid, until in sorted((y.get("passed_over") or {}).items())))

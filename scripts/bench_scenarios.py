@@ -106,7 +106,10 @@ VARIANTS: dict[str, list[str]] = {
                    "--set", "exchange.sync_keep_pace=true"],
     # every node waited for every step, a slow one too, as DDP (exchange.sync_wait_for_slow)
     "sync6-wait": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
-                   "--set", "exchange.sync_wait_for_slow=true"],
+                   "--set", "exchange.sync_wait_for_slow=always"],
+    # a slow node never waited for, whatever its data (the default before "auto")
+    "sync6-drop": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
+                   "--set", "exchange.sync_wait_for_slow=never"],
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],

@@ -48,7 +48,11 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     b.wait_ready()
     for query, body in [("phase=0&from=x", f16(1)), ("phase=3&round=0&from=x", f16(1)),
                         ("phase=0&round=zero&from=x", f16(1)), ("phase=0&round=-1&from=x", b"\x00"),
-                        ("phase=0&round=-1&from=x", f16(float("nan"), 1))]:
+                        ("phase=0&round=-1&from=x", f16(float("nan"), 1)),
+                        # a label histogram (who is waited for when slow): integers, not all 0, at most 256
+                        ("phase=0&round=-1&from=x&classes=3,x", f16(1)), ("phase=0&round=-1&from=x&classes=3,-1", f16(1)),
+                        ("phase=0&round=-1&from=x&classes=0,0", f16(1)),
+                        ("phase=0&round=-1&from=x&classes=" + ",".join(["1"] * 257), f16(1))]:
         status, _, _ = http_request(b.addr, "POST", f"/v1/sync?{query}", body)
         assert status == 400, query
     assert b.status()["sync"]["refused"] == 2  # the two bodies; the queries never reached the reducer
@@ -116,6 +120,11 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
         assert s["bytes"]["sync_received"] > 0 and s["exchanges"]["done"] == 0  # no gossip beside it
     assert sum(n.status()["sync"]["reduced_here"] for n in nodes) >= steps - 2  # one reducer took them all
     assert sorted(n.status()["sync"]["reduced_here"] for n in nodes)[:2] == [0, 0]
+    # each phase 0 said its node's label histogram: the reducer knows how unlike each node's
+    # data is the others' (shards of one shuffled set: alike; a slow one would not be waited for)
+    reducer = max(nodes, key=lambda n: n.status()["sync"]["reduced_here"]).status()["sync"]
+    assert len(reducer["unlike"]) == 3 and all(0 <= d < 0.2 for d in reducer["unlike"].values()), reducer
+    assert reducer["wait_for_slow"] == "auto" and reducer["waited_for"] == []
     for n in nodes:
         n.stop()
     models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]

@@ -209,12 +209,13 @@ class ExchangeConfig(Table):
     #: 1.7 pt on even shards (docs/BENCHMARKS.md, fifteenth round); off, a node much slower
     #: trains on whole batches and replays the rounds it missed instead
     sync_keep_pace: bool = False
-    #: wait for every node every step, a slow one too, as DDP does (each phase still at most
-    #: sync_timeout): slower, but a slow machine's data counts in every round at its whole
-    #: weight. Off: a node over 1.5 times the others' median step is not waited for (the
-    #: others finish sooner; its gradients are dropped, and where its classes are its own they
-    #: are barely learned: docs/ALGORITHMS.md)
-    sync_wait_for_slow: bool = False
+    #: a node over 1.5 times the others' median step is slow: "never" waited for (the others
+    #: finish sooner; its gradients are dropped, and where its classes are its own they are
+    #: barely learned), "always" (as DDP: slower, and its data counts in every round at its
+    #: whole weight; each phase still at most sync_timeout), or "auto": waited for when its
+    #: label distribution is unlike the others' (total variation over 0.2: its classes are its
+    #: own), not when it is like theirs (docs/ALGORITHMS.md, sync/lateness.py)
+    sync_wait_for_slow: Literal["never", "auto", "always"] = "auto"
 
 
 class CompressionConfig(Table):

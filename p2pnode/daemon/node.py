@@ -318,7 +318,8 @@ class Node:
             from p2pnode.sync.actor import SyncActor
 
             self.sync = SyncActor(self.cfg, sup.pipe, self.client, self.node_id, self.membership.alive_peers,
-                                  self.api.post_limit, self.api.pushes.precheck)
+                                  self.api.post_limit, self.api.pushes.precheck,
+                                  classes=lambda: sup.state.classes)
             self.sync.add_routes(app)
             sup.on_message = self.sync.on_message
             # no gossip runs beside the all-reduce, so no start from a peer's model either: every

@@ -46,12 +46,28 @@ MAX_PACE = 60.0
 CATCH_UP_AGAIN = 3.0
 #: seconds between two catch-ups (a whole model each) of a node that keeps missing rounds
 CATCH_UP_EVERY = 10.0
+#: the most classes a phase 0's label histogram says (``&classes=``; a task with more says none)
+MAX_CLASSES = 256
+
+
+def parse_classes(text: str) -> list[int] | None:
+    """``&classes=N0,N1,...``: a label histogram (None: not said). ValueError: not one."""
+    if not text:
+        return None
+    parts = text.split(",")
+    if len(parts) > MAX_CLASSES:
+        raise ValueError(f"{len(parts)} counts, at most {MAX_CLASSES}")
+    counts = [int(p) for p in parts]  # ValueError for anything but integers
+    if any(not 0 <= c < 2**53 for c in counts) or not any(counts):
+        raise ValueError("counts are integers from 0 to 2**53, not all 0")
+    return counts
 
 
 class SyncActor:
     def __init__(self, cfg: Config, pipe: WorkerPipe, client: PeerClient, node_id: str,
                  peers: Callable[[], list[Member]], body_limit: Callable[[], int],
-                 member_check: Callable[[web.Request], web.StreamResponse | None]) -> None:
+                 member_check: Callable[[web.Request], web.StreamResponse | None],
+                 classes: Callable[[], list[int]] = list) -> None:
         self.cfg = cfg
         self.pipe = pipe
         self.client = client
@@ -60,6 +76,9 @@ class SyncActor:
         self.body_limit = body_limit
         #: the push guard's check (None: a member's), made here for what came before we joined
         self.member_check = member_check
+        #: our node's label histogram (empty: not known), said with each phase 0: the reducer
+        #: waits for a slow node whose data is unlike the others' (sync/lateness.py)
+        self.classes = classes
         #: set once the node has joined: until then a contribution is held (``post``)
         self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
@@ -80,6 +99,11 @@ class SyncActor:
         self.previous: tuple[str, str] | None = None
         self.current: tuple[str, str] = ("", "")  #: the reducer of our last contribution (id, address)
         self.last_count = 0
+
+    def _classes(self) -> list[int] | None:
+        """Our label histogram as phase 0 says it (None: not known, or too long to say)."""
+        classes = self.classes()
+        return list(classes) if 0 < len(classes) <= MAX_CLASSES else None
 
     def _stood_down(self) -> set[str]:
         """The reducers passed over at our current round (they stood down: their node is slow)."""
@@ -245,14 +269,17 @@ class SyncActor:
         if rid == self.node_id:
             try:
                 async with asyncio.timeout(wait):
-                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data, msg.took)
+                    out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data, msg.took,
+                                                        self._classes() if msg.phase == 0 else None)
             except (TimeoutError, SyncRefused) as exc:
                 log.warning("our own contribution was not averaged: %s", exc or "timeout")
                 self.totals["failures"] += 1
                 return Outcome(msg.round, b"", 0, False)
             self.totals["reduced_here"] += msg.phase == 1 and not out.step_down
             return out
+        classes = self._classes() if msg.phase == 0 and not replay_only else None
         path = (f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
+                + (f"&classes={','.join(map(str, classes))}" if classes else "")
                 + ("&replay=1" if replay_only else ""))
         try:
             resp = await self.client.request("POST", addr, path, b"" if replay_only else msg.data, wait, MSGPACK)
@@ -294,6 +321,10 @@ class SyncActor:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required (&took=SECONDS a number)")
         if not 0 <= took <= 3600:  # NaN fails too
             return error(400, "took is the seconds a step took: 0 to 3600")
+        try:
+            classes = parse_classes(request.query.get("classes", ""))
+        except ValueError as exc:
+            return error(400, f"classes: {exc}")
         if not (0 < len(peer) <= 64 and peer.isprintable()) or phase not in (0, 1, FINAL) or not -2 <= rnd < 2**53:
             return error(400, "?phase=0|1&round=N&from=NODE_ID are required")
         if not self.joined.is_set():
@@ -318,7 +349,7 @@ class SyncActor:
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
                 out = (self.reducer.replay_for(rnd) if replay_only
-                       else await self.reducer.contribute(peer, phase, rnd, body, took))
+                       else await self.reducer.contribute(peer, phase, rnd, body, took, classes))
         except SyncRefused as exc:
             self.totals["refused"] += 1
             return error(400, f"contribution refused: {exc}")
@@ -334,13 +365,17 @@ class SyncActor:
                             content_type=MSGPACK)
 
     def status(self) -> dict[str, Any]:
-        late = self.reducer.late
+        late, running = self.reducer.late, self._running()
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.current[0],
                 # this node's reducer stood down until this round (0: it did not); reducers we pass over
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
                 # as this node's reducer sees them (empty elsewhere): not waited for, everyone's step time
-                "slow": [] if self.reducer.wait_for_slow else sorted(late.slow(self._running())),
+                "slow": sorted(late.left_out(running)),
+                # slow, but waited for (exchange.sync_wait_for_slow: always, or auto and data unlike the others')
+                "waited_for": sorted(late.slow(running) - late.left_out(running)),
+                "unlike": {n: round(d, 3) for n in sorted(late.classes) if (d := late.unlike(n, running)) is not None},
+                "wait_for_slow": self.reducer.wait_for_slow,
                 "step_ms": {n: round(v * 1000, 1) for n, v in sorted(late.step.items())}, **self.totals}
 
     async def close(self) -> None:

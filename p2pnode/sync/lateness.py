@@ -11,6 +11,15 @@ and otherwise it replays the rounds it missed (the group's steps, not its own: i
 that step is dropped, as a backup worker's is in Chen et al. 2016, *Revisiting Distributed
 Synchronous SGD*). Once it keeps pace again it is waited for again. Machines of about the same
 speed (within half again) are always waited for, as before.
+
+Which slow nodes are waited for all the same is ``exchange.sync_wait_for_slow``: ``never``,
+``always`` (as DDP), or ``auto``: the ones whose data is *unlike* the others'. Dropping a slow
+node's gradients costs only its share of the samples where its data is like everyone's (−0.2 to
+−0.5 pt on even shards), but its classes where they are its own (−18 pt on one Dirichlet 0.1
+draw: docs/BENCHMARKS.md, sixteenth round). Each phase 0 carries its node's label histogram
+(the task's, when it has labels); a slow node whose label distribution is over ``UNLIKE`` away
+(total variation) from the others' pooled one is waited for. A node whose histogram is unknown
+(a task without labels) is judged like the others: not waited for.
 """
 
 from __future__ import annotations
@@ -27,15 +36,45 @@ FACTOR = 1.5
 MIN_EXTRA = 0.02
 #: steps of a node before its times count (a fresh worker's first steps are slow)
 WARMUP = 3
+#: ``auto``: a slow node whose label distribution is this far (total variation, 0 to 1) from the
+#: others' pooled one is waited for. Of 4 nodes' shards of Fashion-MNIST (seeds 0-5), even ones
+#: are 0.007-0.011 apart, Dirichlet 0.5 0.37-0.69, Dirichlet 0.1 0.62-0.97, two classes a node
+#: 0.80-0.93 (docs/BENCHMARKS.md, sixteenth round)
+UNLIKE = 0.2
+#: the policies of ``exchange.sync_wait_for_slow``
+POLICIES = ("never", "auto", "always")
+
+
+def distance(mine: list[int], others: list[list[int]]) -> float | None:
+    """Total variation distance between ``mine`` and the sum of ``others`` as distributions
+    (histograms of one length); None where either is empty or the lengths differ."""
+    pooled = [sum(col) for col in zip(*others)] if others else []
+    if not others or any(len(o) != len(mine) for o in others):
+        return None
+    a, b = sum(mine), sum(pooled)
+    if a <= 0 or b <= 0:
+        return None
+    return 0.5 * sum(abs(x / a - y / b) for x, y in zip(mine, pooled))
 
 
 @dataclass
 class Lateness:
     step: dict[str, float] = field(default_factory=dict)  #: each node's average step time, seconds
     seen: dict[str, int] = field(default_factory=dict)
+    wait: str = "never"  #: which slow nodes are waited for all the same (``POLICIES``)
+    #: each node's label histogram, as its phase 0 last said (kept across ``forget_times``)
+    classes: dict[str, list[int]] = field(default_factory=dict)
 
-    def came(self, node: str, took: float) -> None:
-        """``node``'s phase-0 contribution says its step took ``took`` seconds (0: not said)."""
+    def forget_times(self) -> None:
+        """Time every node afresh (a reducer new to the role, or back from standing down)."""
+        self.step.clear()
+        self.seen.clear()
+
+    def came(self, node: str, took: float, classes: list[int] | None = None) -> None:
+        """``node``'s phase-0 contribution says its step took ``took`` seconds (0: not said),
+        and its label histogram is ``classes`` (None: not said)."""
+        if classes is not None:
+            self.classes[node] = classes
         if not took > 0:
             return
         n = self.seen[node] = self.seen.get(node, 0) + 1
@@ -49,6 +88,22 @@ class Lateness:
         time ``node`` is asked to keep (``exchange.sync_keep_pace``)."""
         others = [t for n, t in self.step.items() if n != node and (running is None or n in running)]
         return statistics.median(others) if others else 0.0
+
+    def unlike(self, node: str, running: set[str] | None = None) -> float | None:
+        """How far ``node``'s label distribution is from the other (running) nodes' pooled one
+        (``distance``; None: not known)."""
+        mine = self.classes.get(node)
+        others = [h for n, h in self.classes.items() if n != node and (running is None or n in running)]
+        return None if mine is None else distance(mine, others)
+
+    def left_out(self, running: set[str] | None = None) -> set[str]:
+        """The slow nodes a round does not wait for, under the ``wait`` policy."""
+        if self.wait == "always":
+            return set()
+        slow = self.slow(running)
+        if self.wait == "auto":
+            slow = {n for n in slow if not (self.unlike(n, running) or 0.0) > UNLIKE}
+        return slow
 
     def slow(self, running: set[str] | None = None) -> set[str]:
         """The nodes not waited for now (among ``running``, when given)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from p2pnode.sync.lateness import Lateness
+from p2pnode.sync.lateness import POLICIES, Lateness
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
 from p2pnode.sync.standdown import StandDown
 
@@ -110,10 +110,13 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
 
 class Reducer:
     def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "",
-                 stood_down: Callable[[], set[str]] = set, wait_for_slow: bool = False) -> None:
+                 stood_down: Callable[[], set[str]] = set, wait_for_slow: str = "never") -> None:
+        if wait_for_slow not in POLICIES:
+            raise ValueError(f"wait_for_slow is one of {', '.join(POLICIES)}, not {wait_for_slow!r}")
         self.wait = wait
-        #: exchange.sync_wait_for_slow: every running node is waited for (a slow one too), and we
-        #: never stand down for our own node's pace
+        #: exchange.sync_wait_for_slow: which slow nodes are waited for all the same (always:
+        #: every one, as DDP; auto: those whose data is unlike the others'; lateness.py). One
+        #: waited for is not stood down for either, when it is our own
         self.wait_for_slow = wait_for_slow
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
@@ -138,7 +141,7 @@ class Reducer:
         #: rounds closed with two nodes or more in them (0: we only ever reduced for one, ours)
         self.shared = 0
         #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
-        self.late = Lateness()
+        self.late = Lateness(wait=wait_for_slow)
 
     @property
     def resting_until(self) -> int:
@@ -148,9 +151,9 @@ class Reducer:
     def _not_waited(self, running: set[str]) -> set[str]:
         """The nodes a round does not wait for: the slow ones, and a reducer that stood down
         for being slow until we have timed it ourselves."""
-        if self.wait_for_slow:
+        if self.wait_for_slow == "always":
             return set()
-        return self.late.slow(running) | (self.stood_down() - self.late.step.keys())
+        return self.late.left_out(running) | (self.stood_down() - self.late.step.keys())
 
     def _fresh(self, keep_closed: bool = False) -> None:
         """Forget every round, as a reducer that has closed none: the next follows on from the
@@ -161,7 +164,7 @@ class Reducer:
         self._last_group = frozenset()
         if not keep_closed:
             self.closed.clear()
-        self.late = Lateness()
+        self.late.forget_times()
         self.down.run = 0
 
     def _stands_down(self, making: int, phase: int) -> int:
@@ -176,7 +179,7 @@ class Reducer:
             down.end()  # our turn again: measured afresh
             self._fresh()
             return 0
-        if (phase != 0 or self.open0 is not None or self.open1 or self.final is not None or self.wait_for_slow
+        if (phase != 0 or self.open0 is not None or self.open1 or self.final is not None
                 or not down.due(self.late, self.running())):
             return 0  # not between rounds, or training ends (the models' mean has begun here)
         until = down.begin(max(self.next_round, making), self.q_round)
@@ -192,8 +195,10 @@ class Reducer:
             return Outcome(q_round, b"", 0, False)
         return Outcome(current, b"", 0, False, replay=self._replay(q_round, current))
 
-    async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0) -> Outcome:
-        """``took``: phase 0, the seconds the contributor's step took (who is slow: lateness.py)."""
+    async def contribute(self, node: str, phase: int, rnd: int, data: bytes, took: float = 0.0,
+                         classes: list[int] | None = None) -> Outcome:
+        """``took``: phase 0, the seconds the contributor's step took, and ``classes`` its label
+        histogram (None: not said): who is slow, and who is waited for all the same (lateness.py)."""
         final = self.final
         if (final is not None and phase != FINAL and node in final.expected and node not in final.parts
                 and not final.done.done()):
@@ -208,7 +213,7 @@ class Reducer:
             if until:
                 return Outcome(rnd, b"", 0, False, step_down=until)
         if phase == 0:
-            self.late.came(node, took)
+            self.late.came(node, took, classes)
             pace = self.late.pace(node, self.running())
             out = await self._phase0(node, rnd, data)
             out.pace = pace

@@ -3,8 +3,9 @@
 Daemon side, torch-free. The reducer (``sync/reducer.py``) does not wait for a slow node's
 phases; but when the slow machine holds the lowest id, it *is* the reducer, and its daemon, on
 the same slow machine, would hold every phase of every round to its pace. So a reducer whose
-own node is found slow (``sync/lateness.py``) at ``SUSTAIN`` round starts in a row, with every
-node timed, *stands down*: it answers every contribution with ``step_down`` R, a round
+own node is found slow and not waited for (``sync/lateness.py``: a node whose data is its own
+may be waited for) at ``SUSTAIN`` round starts in a row, with every node timed, *stands
+down*: it answers every contribution with ``step_down`` R, a round
 ``REST_ROUNDS`` ahead, and the nodes take the next lowest id for every round before R
 (``sync/actor.py``). The rounds are a clock every node shares, so all switch at the same round
 and no round is split between two reducers. At R they come back to it: it has forgotten its
@@ -36,7 +37,8 @@ class StandDown:
 
     def due(self, late: Lateness, running: set[str]) -> bool:
         """At a round start: is it time to stand down (our node slow SUSTAIN times in a row)?"""
-        slow = bool(self.me) and len(running) >= 2 and running <= late.step.keys() and self.me in late.slow(running)
+        slow = (bool(self.me) and len(running) >= 2 and running <= late.step.keys()
+                and self.me in late.left_out(running))
         self.run = self.run + 1 if slow else 0
         return self.run >= SUSTAIN
 

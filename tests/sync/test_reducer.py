@@ -238,23 +238,26 @@ def test_the_models_mean_waits_at_most_final_wait() -> None:
     asyncio.run(go())
 
 
-async def rounds_with_c_slow(r: Reducer, rounds: int = 12) -> list[tuple[int, list, list, Outcome, bool]]:
+async def rounds_with_c_slow(r: Reducer, rounds: int = 12, classes: dict[str, list[int]] | None = None,
+                             ) -> list[tuple[int, list, list, Outcome, bool]]:
     """``rounds`` rounds of a and b (steps of 0.05 s) with c's contributions 0.1 s behind theirs
-    every round (steps of 0.15 s). Per round: (the round before it, a and b's phase-1 outcomes,
-    c's phase-1 outcome (None: not in phase 0), c's phase-0 outcome, whether a and b waited for c)."""
+    every round (steps of 0.15 s), each phase 0 saying its node's label histogram in ``classes``
+    (none: not said). Per round: (the round before it, a and b's phase-1 outcomes, c's phase-1
+    outcome (None: not in phase 0), c's phase-0 outcome, whether a and b waited for c)."""
     loop = asyncio.get_running_loop()
     rnd, out = -1, []
+    said = classes or {}
 
     async def c_late(q: int) -> tuple[Outcome, Outcome | None]:
         await asyncio.sleep(0.1)
-        first = await r.contribute("c", 0, q, f16(5), took=0.15)
+        first = await r.contribute("c", 0, q, f16(5), took=0.15, classes=said.get("c"))
         return first, (await r.contribute("c", 1, first.round, f16(1)) if first.included else None)
 
     for _ in range(rounds):
         t0 = loop.time()
         late = asyncio.ensure_future(c_late(rnd))
-        first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05),
-                                     r.contribute("b", 0, rnd, f16(3), took=0.05))
+        first = await asyncio.gather(r.contribute("a", 0, rnd, f16(1), took=0.05, classes=said.get("a")),
+                                     r.contribute("b", 0, rnd, f16(3), took=0.05, classes=said.get("b")))
         second = await asyncio.gather(*(r.contribute(n, 1, first[0].round, f16(1)) for n in "ab"))
         waited = loop.time() - t0 >= 0.09
         c_first, c_second = await late
@@ -447,13 +450,55 @@ def test_a_reducer_does_not_stand_down_once_the_models_mean_has_begun(monkeypatc
 
 
 def test_with_wait_for_slow_a_much_slower_node_is_waited_for_every_round() -> None:
-    """``exchange.sync_wait_for_slow``: as DDP, every round waits for the slow node (its data
+    """``exchange.sync_wait_for_slow = "always"``: as DDP, every round waits for the slow node (its data
     counts in each at its whole weight), and a reducer whose own node is slow never stands down."""
     async def go() -> None:
-        r = Reducer(2.0, lambda: {"a", "b", "c"}, me="c", wait_for_slow=True)  # the reducer's own node is the slow one
+        r = Reducer(2.0, lambda: {"a", "b", "c"}, me="c", wait_for_slow="always")  # the reducer's own node is the slow one
         for _, ab, (c_second,), c_first, waited in await rounds_with_c_slow(r):
             assert waited and c_first.included and not c_first.replay and c_second is not None and c_second.included
             assert all(o.count == 3 and not o.step_down for o in ab) and ab[0].data == f16(3)
         assert r.rounds == 12 and r.resting_until == 0
         assert r.late.slow() == {"c"}  # timed as slow all the same, and waited for
     asyncio.run(go())
+
+
+#: label histograms: a and b hold the same mix of classes; c's is its own (total variation 0.8)
+LIKE = {"a": [50, 50, 50, 50, 0], "b": [50, 50, 50, 50, 0], "c": [50, 50, 50, 50, 0]}
+UNLIKE = {**LIKE, "c": [0, 0, 0, 50, 200]}
+
+
+@pytest.mark.parametrize("me", ["a", "c"])
+def test_auto_waits_for_a_slow_node_whose_classes_are_its_own(me: str) -> None:
+    """``exchange.sync_wait_for_slow = "auto"``: c's data is unlike a and b's, so dropping its
+    gradients would drop its classes: every round waits for it, as DDP would; and when c is
+    the reducer's own node, it does not stand down either."""
+    async def go() -> None:
+        r = Reducer(2.0, lambda: {"a", "b", "c"}, me=me, wait_for_slow="auto")
+        for _, ab, (c_second,), c_first, waited in await rounds_with_c_slow(r, classes=UNLIKE):
+            assert waited and c_first.included and not c_first.replay and c_second is not None and c_second.included
+            assert all(o.count == 3 and not o.step_down for o in ab)
+        assert r.late.slow() == {"c"} and r.late.left_out() == set() and r.resting_until == 0
+        assert abs((r.late.unlike("c") or 0) - 0.8) < 1e-9
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("classes", [LIKE, {}, {**UNLIKE, "c": [0, 0, 0, 50]}], ids=["like", "unsaid", "other-length"])
+def test_auto_does_not_wait_for_a_slow_node_whose_data_is_like_the_others(classes: dict[str, list[int]]) -> None:
+    """Like the others' (or not known: no histogram, or one of another length), a slow node's
+    gradients cost only its share of the samples: a and b stop waiting for it, as with "never"."""
+    async def go() -> None:
+        r = Reducer(2.0, lambda: {"a", "b", "c"}, wait_for_slow="auto")
+        waited = [w for *_, w in await rounds_with_c_slow(r, classes=classes)]
+        assert waited[0] and not any(waited[-6:]), waited
+        assert r.late.left_out() == {"c"}
+    asyncio.run(go())
+
+
+def test_label_distance_is_total_variation_against_the_others_pooled() -> None:
+    from p2pnode.sync.lateness import distance
+
+    assert distance([1, 1], [[5, 5], [2, 2]]) == 0.0  # proportions, not counts
+    assert distance([1, 0], [[0, 3]]) == 1.0
+    assert abs((distance([3, 1], [[1, 1], [0, 2]]) or 0) - 0.5) < 1e-12  # pooled [1, 3]: |3/4 - 1/4|
+    assert distance([1, 1], []) is None and distance([0, 0], [[1, 1]]) is None
+    assert distance([1, 1], [[1, 1, 1]]) is None
