@@ -24,8 +24,9 @@ every round. Measured with node 3 at half speed (seed 0, three runs): Dirichlet 
 against 82.2–82.7 % dropping its gradients (DDP 89.9 %); even shards, 87.8–88.2 % against 89.9 %:
 there its data is like the others', and an equal weight for a gradient of a quarter of a batch
 costs more than the data it adds. It trained on 15-45 % of each batch: a step's fixed costs do
-not shrink with it. Waiting for the slow node instead (``exchange.sync_wait_for_slow``) gives
-DDP's accuracy at DDP's pace.
+not shrink with it. Waiting for the slow node instead gives DDP's accuracy at DDP's pace: the
+reducer does so, by default, for a slow node whose label distribution is unlike the others'
+(``exchange.sync_wait_for_slow = "auto"``, ``sync/lateness.py``).
 """
 
 from __future__ import annotations
