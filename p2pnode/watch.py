@@ -84,9 +84,10 @@ def _bytes(n: Any) -> str:
 COLUMNS = (("node", "left", "node"), ("address", "left", None), ("state", "left", "state"),
            ("step", "right", "step"), ("samples/s", "right", "smp/s"), ("loss", "right", "loss"),
            ("accuracy", "right", "acc"), ("exchanges", "right", "exch"), ("skipped", "right", None),
-           ("in", "right", "in"), ("out", "right", "out"), ("worker", "left", None))
-#: below this many columns the address, skipped and worker columns are left out (80 fits)
-WIDE = 120
+           ("in", "right", "in"), ("out", "right", "out"), ("worker", "left", None),
+           ("skew", "right", None))
+#: below this many columns the address, skipped, worker and skew columns are left out (80 fits)
+WIDE = 140
 
 
 def cluster_table(view: dict[str, Any], width: int = WIDE) -> Table:
@@ -112,6 +113,8 @@ def cluster_table(view: dict[str, Any], width: int = WIDE) -> Table:
             "accuracy": "-" if acc is None else f"{100 * acc:.1f} %", "exchanges": _num(n.get("exchanges_done")),
             "skipped": _num(n.get("exchanges_skipped")), "in": _bytes(n.get("bytes_in")),
             "out": _bytes(n.get("bytes_out")), "worker": worker,
+            # how far its label distribution is from the others' (0: the same mix, 1: none in common)
+            "skew": _num(n.get("label_skew"), 2),
         }
         table.add_row(*(cells[name] for name, _, _ in shown))
     return table
@@ -133,6 +136,8 @@ def render(target: Target, view: dict[str, Any] | None, problem: str | None, wid
                   if not n.get("reachable") and n.get("error")]
         if silent:
             parts.append(Text("not answering: " + ", ".join(silent), style="yellow"))
+        if view.get("advice"):
+            parts.append(Text(f"advice: {view['advice']}", style="yellow"))
         def moved(e: dict[str, Any]) -> int:
             return int(e.get("bytes_recent") or e.get("bytes_total") or 0)
 

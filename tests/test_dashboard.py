@@ -19,7 +19,7 @@ from aiohttp import web
 
 from daemon_util import http_request
 from nodes import STUB, NodeProc, wait_for
-from p2pnode.daemon.cluster import ClusterLimits, ClusterView, edge_counters
+from p2pnode.daemon.cluster import ClusterLimits, ClusterView, advice, edge_counters, label_skew, node_row
 from p2pnode.daemon.dashboard import ASSETS, load_assets
 from p2pnode.daemon.history import History
 from p2pnode.membership.base import Member, MemberState
@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def status_doc(node_id: str, samples: int, received: int = 0, sent: int = 0, served: int = 0,
-               peers: dict[str, Any] | None = None, loss: float = 0.5) -> dict[str, Any]:
+               peers: dict[str, Any] | None = None, loss: float = 0.5, classes: Any = None) -> dict[str, Any]:
     """The parts of a ``/v1/status`` document the dashboard reads."""
     return {"node_id": node_id, "addr": "", "incarnation": 1, "uptime_s": 1.0,
             "training": {"step": samples // 64, "samples": samples, "loss": loss, "accuracy": 0.5, "test_loss": 1.0,
-                         "done": False, "worker_alive": True},
+                         "done": False, "worker_alive": True, "classes": classes if classes is not None else []},
             "exchanges": {"done": 3, "skipped": 1}, "peers": peers or {}, "members": [],
             "bytes": {"client_received": received, "client_sent": sent, "model_served": served}}
 
@@ -106,7 +106,8 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
     async def good(request: web.Request) -> web.Response:
         peers = {"a": {"bytes_received": peer_state["bytes"]}}
         # NaN, as Python's json writes it for a loss not known yet: not JSON, must not pass through
-        return web.json_response(status_doc("b", peer_state["samples"], peers=peers, loss=float("nan")))
+        return web.json_response(status_doc("b", peer_state["samples"], peers=peers, loss=float("nan"),
+                                            classes=[0, 0, 30, 70]))
 
     async def hangs(request: web.Request) -> web.Response:
         await asyncio.sleep(3)  # far past the view's 0.3 s timeout; the server waits it out at cleanup
@@ -123,7 +124,8 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
     members += [Member(f"z{i:02d}", "127.0.0.1:9", MemberState.LEFT) for i in range(10)]
     own = {"samples": 64}
     client = PeerClient()
-    view = ClusterView("a", lambda: status_doc("a", own["samples"], peers={"b": {"bytes_received": 500}}),
+    view = ClusterView("a", lambda: status_doc("a", own["samples"], peers={"b": {"bytes_received": 500}},
+                                               classes=[50, 50, 0, 0]),
                        lambda: members, client, ClusterLimits(max_nodes=8, timeout=0.3, cache_s=0.0))
     try:
         first = await view.build()
@@ -133,6 +135,10 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
         assert rows["a"]["self"] and rows["b"]["reachable"] and rows["b"]["step"] == 10
         assert rows["b"]["loss"] is None and rows["a"]["loss"] == 0.5
         json.dumps(first, allow_nan=False)
+        # a and b share no class: each is 1.0 from the other (the nodes that gave no histogram
+        # are left out), and the view says what to do about it
+        assert rows["a"]["label_skew"] == rows["b"]["label_skew"] == 1.0 and rows["c"]["label_skew"] is None
+        assert first["advice"] and "exchange.sync" in first["advice"] and "1.00 apart" in first["advice"]
         assert "no answer within 0.3 s" in rows["c"]["error"] and not rows["c"]["reachable"]
         assert rows["d"]["error"] == "status is not JSON"
         assert rows["e"]["state"] == "dead" and rows["e"]["error"] is None  # not asked: known dead
@@ -148,6 +154,38 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
         await client.close()
         for runner, _ in servers:
             await runner.cleanup()
+
+
+def test_label_skew_reads_only_well_formed_histograms_and_advice_is_for_gossip_on_unlike_data() -> None:
+    docs = {"a": status_doc("a", 0, classes=[10, 10, 0]), "b": status_doc("b", 0, classes=[5, 5, 0]),
+            "c": status_doc("c", 0, classes=[1, 1, 1]), "bad": status_doc("bad", 0, classes=[1, "x", 2]),
+            "neg": status_doc("neg", 0, classes=[1, -1, 2]), "short": status_doc("short", 0, classes=[1, 1]),
+            "junk": {"training": "junk"}, "none": {}}
+    skew = label_skew(docs)
+    assert set(skew) == {"a", "b", "c"}  # "short" is read, but no other histogram is of its length
+    assert skew["c"] == 0.333  # against a + b pooled, [1/2, 1/2, 0]: (1/6 + 1/6 + 1/3) / 2
+    gossip = status_doc("a", 0)
+    assert advice(gossip, {"a": 0.05, "b": 0.19}) is None  # alike (even shards: 0.01)
+    assert advice(gossip, {"a": 0.05, "b": 0.8}) is not None
+    assert advice({**gossip, "sync": {"mode": "powersgd"}}, {"a": 0.8}) is None  # already the remedy
+    assert advice({**gossip, "ps": {}}, {"a": 0.8}) is None and advice(gossip, {}) is None
+    # a member's status is its own to write: tables that are not objects read as empty
+    row = node_row(None, {"training": "junk", "exchanges": [1], "bytes": 3})
+    assert row["reachable"] and row["step"] is None and row["bytes_out"] == 0
+
+
+def test_the_terminal_view_shows_each_nodes_skew_and_the_advice() -> None:
+    from rich.console import Console
+
+    from p2pnode.watch import WIDE, Target, render
+
+    view = {"nodes": [{"node_id": "a" * 16, "state": "alive", "reachable": True, "label_skew": 0.823, "self": True},
+                      {"node_id": "b" * 16, "state": "alive", "reachable": True, "label_skew": None}],
+            "edges": [], "advice": advice(status_doc("a", 0), {"a": 0.823})}
+    console = Console(width=WIDE, record=True)
+    console.print(render(Target("127.0.0.1:1"), view, None, WIDE))
+    shown = console.export_text()
+    assert "skew" in shown and "0.82" in shown and "advice: the nodes' label distributions differ" in shown, shown
 
 
 def test_edge_counters_ignore_malformed_peer_records() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from p2pnode.membership.base import Member
 from p2pnode.net.client import PeerClient, PeerError
+from p2pnode.partition import UNLIKE, distance
 
 #: bodies larger than this are not a status document
 MAX_STATUS_BYTES = 4 * 1024 * 1024
@@ -55,6 +56,13 @@ def _num(value: Any) -> int | float | None:
     return value if math.isfinite(value) else None
 
 
+def _table(status: dict[str, Any], key: str) -> dict[str, Any]:
+    """``status[key]`` where it is a JSON object, else empty: a member's status is its own to
+    write, and a malformed one must not break the view of the others."""
+    value = status.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def member_rows(status: dict[str, Any]) -> list[dict[str, Any]]:
     """This node's member table with its fetches from each: the dashboard's members panel."""
     peers = status.get("peers") or {}
@@ -78,7 +86,7 @@ def node_row(member: Member | None, status: dict[str, Any] | None, error: str | 
     }
     if status is None:
         return row
-    t, ex, b = status.get("training") or {}, status.get("exchanges") or {}, status.get("bytes") or {}
+    t, ex, b = _table(status, "training"), _table(status, "exchanges"), _table(status, "bytes")
     row.update({
         "node_id": row["node_id"] or status.get("node_id"), "addr": row["addr"] or status.get("addr"),
         "step": _num(t.get("step")), "samples": _num(t.get("samples")), "loss": _num(t.get("loss")),
@@ -93,6 +101,35 @@ def node_row(member: Member | None, status: dict[str, Any] | None, error: str | 
     if row["incarnation"] is None:
         row["incarnation"] = _num(status.get("incarnation"))
     return row
+
+
+def label_skew(statuses: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """How far each node's label distribution is from the other answering nodes' pooled one
+    (``partition.distance``; a node whose status gives no class histogram is left out)."""
+    hists: dict[str, list[int]] = {}
+    for node_id, status in statuses.items():
+        classes = _table(status, "training").get("classes")
+        if (isinstance(classes, list) and 0 < len(classes) <= 4096
+                and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in classes)):
+            hists[node_id] = classes
+    out = {}
+    for node_id, mine in hists.items():
+        d = distance(mine, [h for n, h in hists.items() if n != node_id and len(h) == len(mine)])
+        if d is not None:
+            out[node_id] = round(d, 3)
+    return out
+
+
+def advice(own: dict[str, Any], skew: dict[str, float]) -> str | None:
+    """A line for the operator where the nodes' data is unlike and gossip trains on it: the
+    measured remedy (docs/BENCHMARKS.md: gossip 3-8 pt under DDP on such shards, the
+    synchronous mode within 0.5 pt)."""
+    worst = max(skew.values(), default=0.0)
+    if worst <= UNLIKE or "sync" in own or "ps" in own:  # not gossip: the all-reduce, or a parameter server
+        return None
+    return (f"the nodes' label distributions differ (up to {worst:.2f} apart, total variation): gossip ends "
+            "3-8 points under all-reduce on such data; exchange.sync = \"powersgd\" learns it within 0.5 "
+            "(docs/ALGORITHMS.md, \"Synchronous PowerSGD\"), among machines you trust")
 
 
 def edge_counters(statuses: dict[str, dict[str, Any]]) -> dict[tuple[str, str], int]:
@@ -182,6 +219,9 @@ class ClusterView:
                 old = base.samples.get(r["node_id"])
                 if old is not None and r["samples"] is not None and span > 0:
                     r["samples_per_s"] = round(max(0.0, (r["samples"] - old) / span), 1)
+        skew = label_skew(statuses)
+        for r in rows:
+            r["label_skew"] = skew.get(r["node_id"])
         edges = []
         for (src, dst), total in sorted(snap.edges.items()):
             recent = None
@@ -190,6 +230,6 @@ class ClusterView:
                 recent = total - before if total >= before else total  # counters restart with a node
             edges.append({"src": src, "dst": dst, "bytes_total": total, "bytes_recent": recent})
         return {"self": self.node_id, "generated_at": round(time.time(), 3), "nodes": rows, "edges": edges,
-                "members": member_rows(own),
+                "members": member_rows(own), "advice": advice(own, skew),
                 "window_s": round(now - base.at, 1) if base is not None else 0.0, "omitted": omitted,
                 "limits": {"max_nodes": self.limits.max_nodes, "timeout_s": self.limits.timeout}}

@@ -18,14 +18,16 @@ node's gradients costs only its share of the samples where its data is like ever
 −0.5 pt on even shards), but its classes where they are its own (−18 pt on one Dirichlet 0.1
 draw: docs/BENCHMARKS.md, sixteenth round). Each phase 0 carries its node's label histogram
 (the task's, when it has labels); a slow node whose label distribution is over ``UNLIKE`` away
-(total variation) from the others' pooled one is waited for. A node whose histogram is unknown
-(a task without labels) is judged like the others: not waited for.
+(total variation, ``partition.distance``) from the others' pooled one is waited for. A node
+whose histogram is unknown (a task without labels) is judged like the others: not waited for.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+
+from p2pnode.partition import UNLIKE, distance
 
 #: weight of the newest step time in the moving averages (about 5 steps)
 ALPHA = 0.2
@@ -36,25 +38,8 @@ FACTOR = 1.5
 MIN_EXTRA = 0.02
 #: steps of a node before its times count (a fresh worker's first steps are slow)
 WARMUP = 3
-#: ``auto``: a slow node whose label distribution is this far (total variation, 0 to 1) from the
-#: others' pooled one is waited for. Of 4 nodes' shards of Fashion-MNIST (seeds 0-5), even ones
-#: are 0.007-0.011 apart, Dirichlet 0.5 0.37-0.69, Dirichlet 0.1 0.62-0.97, two classes a node
-#: 0.80-0.93 (docs/BENCHMARKS.md, sixteenth round)
-UNLIKE = 0.2
 #: the policies of ``exchange.sync_wait_for_slow``
 POLICIES = ("never", "auto", "always")
-
-
-def distance(mine: list[int], others: list[list[int]]) -> float | None:
-    """Total variation distance between ``mine`` and the sum of ``others`` as distributions
-    (histograms of one length); None where either is empty or the lengths differ."""
-    pooled = [sum(col) for col in zip(*others)] if others else []
-    if not others or any(len(o) != len(mine) for o in others):
-        return None
-    a, b = sum(mine), sum(pooled)
-    if a <= 0 or b <= 0:
-        return None
-    return 0.5 * sum(abs(x / a - y / b) for x, y in zip(mine, pooled))
 
 
 @dataclass
@@ -93,8 +78,10 @@ class Lateness:
         """How far ``node``'s label distribution is from the other (running) nodes' pooled one
         (``distance``; None: not known)."""
         mine = self.classes.get(node)
-        others = [h for n, h in self.classes.items() if n != node and (running is None or n in running)]
-        return None if mine is None else distance(mine, others)
+        if mine is None:
+            return None
+        return distance(mine, [h for n, h in self.classes.items()
+                               if n != node and len(h) == len(mine) and (running is None or n in running)])
 
     def left_out(self, running: set[str] | None = None) -> set[str]:
         """The slow nodes a round does not wait for, under the ``wait`` policy."""

@@ -495,7 +495,7 @@ def test_auto_does_not_wait_for_a_slow_node_whose_data_is_like_the_others(classe
 
 
 def test_label_distance_is_total_variation_against_the_others_pooled() -> None:
-    from p2pnode.sync.lateness import distance
+    from p2pnode.partition import distance
 
     assert distance([1, 1], [[5, 5], [2, 2]]) == 0.0  # proportions, not counts
     assert distance([1, 0], [[0, 3]]) == 1.0

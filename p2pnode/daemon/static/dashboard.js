@@ -98,9 +98,13 @@ function drawCluster(view) {
     n.reachable ? fmtNum(n.step) : (n.error ? "unreachable" : "–"), fmtNum(n.samples_per_s, 0), fmtNum(n.loss),
     fmtPct(n.accuracy), fmtNum(n.exchanges_done), fmtNum(n.exchanges_skipped), fmtBytes(n.bytes_in),
     fmtBytes(n.bytes_out), n.reachable ? (n.worker_alive ? (n.done ? "done" : "training") : "DOWN") : "–",
+    fmtNum(n.label_skew, 2),
   ], n.self ? "self" : "")));
   const note = `${view.nodes.length} nodes` + (view.omitted ? `, ${view.omitted} more not shown` : "");
   document.getElementById("cluster-note").textContent = `(${note})`;
+  const advice = document.getElementById("advice");
+  advice.hidden = !view.advice;
+  advice.textContent = view.advice ? `Advice: ${view.advice}` : "";
 }
 
 function drawMembers(view) {
