@@ -3,12 +3,14 @@ until their models agree within ``exchange.consensus_tolerance``, also when one 
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 from pathlib import Path
 
 import pytest
 import torch
+from daemon_util import http_request
 from nodes import NodeProc, wait_for
 
 pytestmark = pytest.mark.slow
@@ -59,6 +61,12 @@ def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
     whole = histogram(synthetic(2048, seed=1).labels.numpy(), 10)
     assert [sum(col) for col in zip(*shards)] == whole
     assert all(sum(1 for c in h if c) <= 5 for h in shards)  # about a third of the classes each
+    # the cluster view compares them: each node's classes are its own, and gossip is told of
+    # the mode measured for such data
+    view = json.loads(http_request(nodes[0].addr, "GET", "/v1/cluster")[2])
+    skew = {r["node_id"]: r["label_skew"] for r in view["nodes"]}
+    assert len(skew) == 3 and all(v is not None and v > 0.2 for v in skew.values()), view["nodes"]
+    assert view["advice"] and 'exchange.sync = "powersgd"' in view["advice"]
     for n in nodes:
         wait_for(lambda n=n: n.status()["training"]["done"], 60, f"{n.name} to finish training")
     for n in nodes:
