@@ -74,6 +74,12 @@ class Lateness:
         others = [t for n, t in self.step.items() if n != node and (running is None or n in running)]
         return statistics.median(others) if others else 0.0
 
+    def keep_only(self, nodes: set[str]) -> None:
+        """Forget every node but ``nodes``: their times and histograms."""
+        for table in (self.step, self.seen, self.classes):
+            for gone in [n for n in table if n not in nodes]:
+                del table[gone]
+
     def unlike(self, node: str, running: set[str] | None = None) -> float | None:
         """How far ``node``'s label distribution is from the other (running) nodes' pooled one
         (``distance``; None: not known)."""

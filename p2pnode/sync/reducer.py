@@ -108,6 +108,10 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
     return arr
 
 
+#: nodes timed beyond the running ones before the others are forgotten (``Lateness.keep_only``)
+FORGET_SLACK = 16
+
+
 class Reducer:
     def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "",
                  stood_down: Callable[[], set[str]] = set, wait_for_slow: str = "never") -> None:
@@ -213,8 +217,11 @@ class Reducer:
             if until:
                 return Outcome(rnd, b"", 0, False, step_down=until)
         if phase == 0:
+            running = self.running()
             self.late.came(node, took, classes)
-            pace = self.late.pace(node, self.running())
+            if len(self.late.seen.keys() | self.late.classes.keys()) > len(running) + FORGET_SLACK:
+                self.late.keep_only(running | {node})  # nodes gone for good: a long life meets many
+            pace = self.late.pace(node, running)
             out = await self._phase0(node, rnd, data)
             out.pace = pace
             return out

@@ -502,3 +502,24 @@ def test_label_distance_is_total_variation_against_the_others_pooled() -> None:
     assert abs((distance([3, 1], [[1, 1], [0, 2]]) or 0) - 0.5) < 1e-12  # pooled [1, 3]: |3/4 - 1/4|
     assert distance([1, 1], []) is None and distance([0, 0], [[1, 1]]) is None
     assert distance([1, 1], [[1, 1, 1]]) is None
+
+
+def test_the_reducer_forgets_the_times_and_histograms_of_nodes_gone_for_good() -> None:
+    """A long-lived reducer meets many nodes: what it keeps per node stays bounded by the
+    running ones (and a little slack), not by every node it ever met."""
+    from p2pnode.sync.reducer import FORGET_SLACK
+
+    running = {f"n{i:03d}" for i in range(40)}
+
+    async def go() -> None:
+        r = Reducer(0.01, lambda: set(running), wait_for_slow="auto")
+        for node in sorted(running):  # each alone in a round that closes on the timeout
+            await r.contribute(node, 0, -1, f16(1), took=0.05, classes=[1, 2])
+        assert len(r.late.classes) == 40  # all running: all kept
+        running.clear()
+        running.update({"a", "b"})
+        for node in ("a", "b"):
+            await r.contribute(node, 0, -1, f16(1), took=0.05, classes=[1, 2])
+        assert set(r.late.classes) <= {"a", "b"} and set(r.late.seen) <= {"a", "b"}, r.late.classes.keys()
+        assert len(r.late.classes) <= 2 + FORGET_SLACK
+    asyncio.run(go())
