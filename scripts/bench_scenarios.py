@@ -250,7 +250,7 @@ def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topolo
     run = DdpRun(workers=args.nodes, samples=args.samples, partition=sc.partition, partition_seed=args.partition_seed,
                  seed=seed,
                  kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0)
-    on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5)) if sc.straggler else None
+    on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5, args.slow_period)) if sc.straggler else None
     before = topo.counters()[0] if topo else 0
     env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo else None
     d = run_ddp(run, place, env=env, on_start=on_start)
@@ -281,7 +281,7 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
         if sc.slow_reducer:
             ids = node_ids(cluster)
             slowed[0] = ids.index(min(ids))
-        return DutyCycle([cluster.nodes[slowed[0]].pid], 0.5)
+        return DutyCycle([cluster.nodes[slowed[0]].pid], 0.5, args.slow_period)
 
     before = topo.counters()[0] if topo else 0
     samples = args.p2p_samples or args.samples
@@ -326,6 +326,8 @@ def main() -> int:
     ap.add_argument("--partition-seed", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0,
                     help="DDP's initial model and batch orders, p2pnode's training.seed; repeat r uses seed + r")
+    ap.add_argument("--slow-period", type=float, default=0.1,
+                    help="the straggler's duty cycle: stopped for half of every this many seconds (DDP's rank too)")
     ap.add_argument("--stagger", type=float, default=0.0,
                     help="start p2pnode's node i this many seconds x i after node 0 (DDP cannot: its ranks wait)")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
