@@ -67,6 +67,9 @@ def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
     skew = {r["node_id"]: r["label_skew"] for r in view["nodes"]}
     assert len(skew) == 3 and all(v is not None and v > 0.2 for v in skew.values()), view["nodes"]
     assert view["advice"] and 'exchange.sync = "powersgd"' in view["advice"]
+    # and every node says it once in its log, for an operator who never opens the dashboard
+    for n in nodes:
+        wait_for(lambda n=n: "label distributions differ" in n.log_path.read_text(), 30, f"{n.name}'s advice")
     for n in nodes:
         wait_for(lambda n=n: n.status()["training"]["done"], 60, f"{n.name} to finish training")
     for n in nodes:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from collections import deque
@@ -27,8 +28,16 @@ from p2pnode.membership.base import Member
 from p2pnode.net.client import PeerClient, PeerError
 from p2pnode.partition import UNLIKE, distance
 
+log = logging.getLogger("p2pnode.cluster")
+
 #: bodies larger than this are not a status document
 MAX_STATUS_BYTES = 4 * 1024 * 1024
+#: ``advise``: seconds after this node first sees a peer before it compares the members' data
+#: (the others of a cluster started together have joined by then); then tries this many times,
+#: this many seconds apart, while fewer than two members' label histograms are known
+ADVISE_AFTER = 5.0
+ADVISE_TRIES = 5
+ADVISE_EVERY = 30.0
 STATE_ORDER = {"alive": 0, "suspect": 1, "dead": 2, "left": 3}
 
 
@@ -233,3 +242,23 @@ class ClusterView:
                 "members": member_rows(own), "advice": advice(own, skew),
                 "window_s": round(now - base.at, 1) if base is not None else 0.0, "omitted": omitted,
                 "limits": {"max_nodes": self.limits.max_nodes, "timeout_s": self.limits.timeout}}
+
+
+async def advise(view: ClusterView, has_peers: Callable[[], bool]) -> None:
+    """Say the view's ``advice`` once in the log, where an operator who never opens the
+    dashboard reads it (journalctl): the members' data is unlike, and gossip trains on it."""
+    while not has_peers():
+        await asyncio.sleep(1.0)
+    await asyncio.sleep(ADVISE_AFTER)
+    for _ in range(ADVISE_TRIES):
+        try:
+            built = await view.get()
+        except (ValueError, KeyError, TypeError) as exc:  # a view that cannot be built is no advice
+            log.debug("no cluster view for the advice: %s", exc)
+            return
+        if built["advice"]:
+            log.warning("%s", built["advice"])
+            return
+        if sum(1 for r in built["nodes"] if r.get("label_skew") is not None) >= 2:
+            return  # compared, and alike
+        await asyncio.sleep(ADVISE_EVERY)

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from p2pnode.config import Config
-from p2pnode.daemon.cluster import ClusterLimits, ClusterView
+from p2pnode.daemon.cluster import ClusterLimits, ClusterView, advise
 from p2pnode.daemon.history import History
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.membership.base import Membership
@@ -212,7 +212,8 @@ class Dashboard:
 
 
 def install(app: web.Application, node: NodeLike) -> Dashboard:
-    """Add the dashboard's routes and access check to ``app`` and run its history actor with it.
+    """Add the dashboard's routes and access check to ``app`` and run its history actor with it
+    (and, in gossip mode, the advice read once from the cluster view: ``cluster.advise``).
 
     The sampler starts with the app (``runner.setup()``) and is cancelled at ``runner.cleanup()``;
     with a secret the token check goes first among the middlewares, ahead of the HMAC check.
@@ -230,11 +231,17 @@ def install(app: web.Application, node: NodeLike) -> Dashboard:
                              on_reject=lambda reason: node.metrics.rejected.labels(reason).inc())
         app.middlewares.insert(0, auth.middleware())
 
+    def has_peers() -> bool:
+        return any(m.node_id != node.node_id and str(m.state) == "alive" for m in membership.members())
+
     async def sampler(_app: web.Application) -> AsyncIterator[None]:
-        task = asyncio.create_task(history.run(), name="history")
+        tasks = [asyncio.create_task(history.run(), name="history")]
+        if node.cfg.exchange.sync == "none" and node.cfg.node.role == "peer":  # gossip: the advice's case
+            tasks.append(asyncio.create_task(advise(view, has_peers), name="advise"))
         yield
-        task.cancel()
-        await asyncio.wait([task])
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
 
     app.cleanup_ctx.append(sampler)
     return dashboard
