@@ -250,6 +250,8 @@ async def advise(view: ClusterView, has_peers: Callable[[], bool]) -> None:
     while not has_peers():
         await asyncio.sleep(1.0)
     await asyncio.sleep(ADVISE_AFTER)
+    if not _table(view.status(), "training").get("classes"):
+        return  # our task lists no labels (or our worker is not up): nothing to compare
     for _ in range(ADVISE_TRIES):
         try:
             built = await view.get()
