@@ -129,12 +129,13 @@ def histogram(labels: np.ndarray, classes: int | None = None) -> list[int]:
 
 
 def distance(mine: list[int], others: list[list[int]]) -> float | None:
-    """Total variation distance between the histogram ``mine`` and the sum of ``others`` as
-    distributions (0: the same mix of classes, 1: no class in common); None where either is
-    empty or the lengths differ."""
-    if not others or any(len(o) != len(mine) for o in others):
+    """Total variation distance between the histogram ``mine`` and the sum of those ``others``
+    of its length (another task's) as distributions (0: the same mix of classes, 1: no class in
+    common); None where either is empty."""
+    alike = [o for o in others if len(o) == len(mine)]
+    if not alike:
         return None
-    pooled = [sum(col) for col in zip(*others)]
+    pooled = [sum(col) for col in zip(*alike)]
     a, b = sum(mine), sum(pooled)
     if a <= 0 or b <= 0:
         return None

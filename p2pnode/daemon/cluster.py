@@ -123,7 +123,7 @@ def label_skew(statuses: dict[str, dict[str, Any]]) -> dict[str, float]:
             hists[node_id] = classes
     out = {}
     for node_id, mine in hists.items():
-        d = distance(mine, [h for n, h in hists.items() if n != node_id and len(h) == len(mine)])
+        d = distance(mine, [h for n, h in hists.items() if n != node_id])
         if d is not None:
             out[node_id] = round(d, 3)
     return out

@@ -79,6 +79,8 @@ class SyncActor:
         #: our node's label histogram (empty: not known), said with each phase 0: the reducer
         #: waits for a slow node whose data is unlike the others' (sync/lateness.py)
         self.classes = classes
+        #: the last histogram said, and its query-string form (made once a worker life, not a step)
+        self._said: tuple[list[int], str] = ([], "")
         #: set once the node has joined: until then a contribution is held (``post``)
         self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
@@ -103,7 +105,16 @@ class SyncActor:
     def _classes(self) -> list[int] | None:
         """Our label histogram as phase 0 says it (None: not known, or too long to say)."""
         classes = self.classes()
-        return list(classes) if 0 < len(classes) <= MAX_CLASSES else None
+        return classes if 0 < len(classes) <= MAX_CLASSES else None
+
+    def _classes_query(self) -> str:
+        """``&classes=N0,N1,...`` for a phase 0 ("" when we say none). The worker's hello sets
+        the histogram once a life: its text is made once too, not at every step."""
+        classes = self.classes()
+        if classes is not self._said[0]:
+            said = self._classes()
+            self._said = (classes, f"&classes={','.join(map(str, said))}" if said else "")
+        return self._said[1]
 
     def _stood_down(self) -> set[str]:
         """The reducers passed over at our current round (they stood down: their node is slow)."""
@@ -277,9 +288,8 @@ class SyncActor:
                 return Outcome(msg.round, b"", 0, False)
             self.totals["reduced_here"] += msg.phase == 1 and not out.step_down
             return out
-        classes = self._classes() if msg.phase == 0 and not replay_only else None
         path = (f"{SYNC_PATH}?phase={msg.phase}&round={msg.round}&from={self.node_id}&took={msg.took:.4f}"
-                + (f"&classes={','.join(map(str, classes))}" if classes else "")
+                + (self._classes_query() if msg.phase == 0 and not replay_only else "")
                 + ("&replay=1" if replay_only else ""))
         try:
             resp = await self.client.request("POST", addr, path, b"" if replay_only else msg.data, wait, MSGPACK)
@@ -366,14 +376,15 @@ class SyncActor:
 
     def status(self) -> dict[str, Any]:
         late, running = self.reducer.late, self._running()
+        slow, left_out = late.slow(running), late.left_out(running)
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.current[0],
                 # this node's reducer stood down until this round (0: it did not); reducers we pass over
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,
                 # as this node's reducer sees them (empty elsewhere): not waited for, everyone's step time
-                "slow": sorted(late.left_out(running)),
+                "slow": sorted(left_out),
                 # slow, but waited for (exchange.sync_wait_for_slow: always, or auto and data unlike the others')
-                "waited_for": sorted(late.slow(running) - late.left_out(running)),
+                "waited_for": sorted(slow - left_out),
                 "unlike": {n: round(d, 3) for n in sorted(late.classes) if (d := late.unlike(n, running)) is not None},
                 "wait_for_slow": self.reducer.wait_for_slow,
                 "step_ms": {n: round(v * 1000, 1) for n, v in sorted(late.step.items())}, **self.totals}

@@ -87,8 +87,7 @@ class Lateness:
         mine = self.classes.get(node)
         if mine is None:
             return None
-        return distance(mine, [h for n, h in self.classes.items()
-                               if n != node and len(h) == len(mine) and (running is None or n in running)])
+        return distance(mine, [h for n, h in self.classes.items() if n != node and (running is None or n in running)])
 
     def left_out(self, running: set[str] | None = None) -> set[str]:
         """The slow nodes a round does not wait for, under the ``wait`` policy."""

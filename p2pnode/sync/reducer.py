@@ -108,7 +108,8 @@ def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndar
     return arr
 
 
-#: nodes timed beyond the running ones before the others are forgotten (``Lateness.keep_only``)
+#: nodes timed beyond the running ones before the others are forgotten (``Lateness.keep_only``,
+#: checked as a node new to the tables comes: only then do they grow)
 FORGET_SLACK = 16
 
 
@@ -118,10 +119,6 @@ class Reducer:
         if wait_for_slow not in POLICIES:
             raise ValueError(f"wait_for_slow is one of {', '.join(POLICIES)}, not {wait_for_slow!r}")
         self.wait = wait
-        #: exchange.sync_wait_for_slow: which slow nodes are waited for all the same (always:
-        #: every one, as DDP; auto: those whose data is unlike the others'; lateness.py). One
-        #: waited for is not stood down for either, when it is our own
-        self.wait_for_slow = wait_for_slow
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
         #: reducers that stood down now (their node slow: sync/actor.py's passed over): a stand-in
@@ -144,8 +141,15 @@ class Reducer:
         self.rounds = 0
         #: rounds closed with two nodes or more in them (0: we only ever reduced for one, ours)
         self.shared = 0
-        #: each node's step time: a round does not wait for the much slower ones (sync/lateness.py)
+        #: each node's step time: a round does not wait for the much slower ones, unless
+        #: exchange.sync_wait_for_slow says so (always, or auto for data unlike the others';
+        #: one waited for is not stood down for either, when it is our own: sync/lateness.py)
         self.late = Lateness(wait=wait_for_slow)
+
+    @property
+    def wait_for_slow(self) -> str:
+        """``exchange.sync_wait_for_slow``: never, auto or always."""
+        return self.late.wait
 
     @property
     def resting_until(self) -> int:
@@ -218,8 +222,9 @@ class Reducer:
                 return Outcome(rnd, b"", 0, False, step_down=until)
         if phase == 0:
             running = self.running()
+            new = node not in self.late.seen and node not in self.late.classes
             self.late.came(node, took, classes)
-            if len(self.late.seen.keys() | self.late.classes.keys()) > len(running) + FORGET_SLACK:
+            if new and len(self.late.seen.keys() | self.late.classes.keys()) > len(running) + FORGET_SLACK:
                 self.late.keep_only(running | {node})  # nodes gone for good: a long life meets many
             pace = self.late.pace(node, running)
             out = await self._phase0(node, rnd, data)
