@@ -67,9 +67,10 @@ def write_image_folders(root: Path, train: int, val: int) -> Path:
 @pytest.mark.timeout(400)
 def test_three_nodes_train_a_torchvision_model_on_image_folders(cluster: Start, tmp_path: Path) -> None:
     root = write_image_folders(tmp_path / "photos", 90, 30)
-    # the nodes sit at chance (0.33) for a while, then rise within a few evaluations: with lr 0.1
-    # they left it by step 80-120 and ended 0.89-1.0 at step 160 (three runs on a loaded machine),
-    # so they get 180 (lr 0.05 and 240 steps before: they left chance at step 140-160)
+    # Before BatchNorm statistics were recomputed for each evaluation (training.bn_refresh), the
+    # nodes evaluated at chance (0.33) for 80-140 steps while their training loss fell, and one
+    # of three dropped from 1.0 to 0.67 at its last evaluation in one run (CI-like load): averaged
+    # statistics of no model anyone held. With it, 1.0 on every node in three runs of three.
     steps = 180
 
     def extra(i: int) -> list[str]:
@@ -90,7 +91,9 @@ def test_three_nodes_train_a_torchvision_model_on_image_folders(cluster: Start, 
                                and t["accuracy"], 300, f"{n.name} to finish") for n in nodes}
     print(f"accuracy: first {first}, final {finals}")
     for n in nodes:
-        assert finals[n.name] >= 0.8 and finals[n.name] > first[n.name], (first, finals)
+        # chance is 1/3 (three balanced classes); the first evaluation (step 20) may already be
+        # well above it, and at 1.0 the last cannot be higher
+        assert finals[n.name] >= 0.8 and finals[n.name] >= first[n.name], (first, finals)
         assert n.status()["exchanges"]["done"] >= 5  # they trained together, not each alone
 
 

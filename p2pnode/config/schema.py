@@ -123,6 +123,10 @@ class TrainingConfig(Table):
     eval_every: Count = 200
     #: test images per periodic evaluation (0: the whole test set)
     eval_samples: Count = 2000
+    #: BatchNorm statistics are recomputed over this many training batches before each
+    #: evaluation (0: never): averaging leaves them the statistics of no model anyone holds
+    #: (p2pnode/worker/batchnorm.py); a model without BatchNorm is not touched
+    bn_refresh: Count = 16
     #: torch threads in the worker; 1 keeps several nodes on one machine fair
     threads: Positive = 1
     seed: Count = 0

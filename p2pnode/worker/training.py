@@ -17,6 +17,7 @@ import torch
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.config import Config, parse_shard
 from p2pnode.tasks import loader, runtime
+from p2pnode.worker.batchnorm import batchnorm_layers, refresh_batchnorm
 from p2pnode.worker.public import KEEP_LOCAL
 from p2pnode.worker.qgm import QuasiGlobalSGD
 
@@ -199,11 +200,26 @@ class ShardTrainer:
     @torch.no_grad()
     def evaluate(self, limit: int = 0) -> tuple[float, float, int]:
         """(accuracy, mean loss, items) on the first ``limit`` test items (0: all); the task's
-        every metric is kept in ``self.metrics``. A task without accuracy gives NaN (status: null)."""
+        every metric is kept in ``self.metrics``. A task without accuracy gives NaN (status: null).
+        BatchNorm statistics are first recomputed for the weights as they are (``refresh_norms``)."""
+        self.refresh_norms()
         self.model.eval()
         batches, n = loader.eval_batches(self.task, self.test_split, limit, self.device)
         self.metrics = {k: float(v) for k, v in self.task.evaluate(self.model, batches).items()}
         return self.metrics.get("accuracy", float("nan")), self.metrics.get("loss", float("nan")), n
+
+    def refresh_norms(self) -> int:
+        """BatchNorm running statistics recomputed over ``training.bn_refresh`` batches of the
+        shard (p2pnode/worker/batchnorm.py: averaging leaves statistics of no model anyone
+        holds). The batches come from a stream of their own, the same at every refresh, so the
+        training stream and the model's weights are left as they were. Returns the batches run."""
+        count = self.cfg.training.bn_refresh
+        if count <= 0 or not batchnorm_layers(self.model):
+            return 0
+        gen = torch.Generator().manual_seed(self.cfg.training.seed * 7919 + self._shard_index + 104729)
+        stream = loader.train_batches(self.task, self.train_split, self.cfg.training.batch_size, gen, 0)
+        batches = (loader.to_device(b, self.device) for b in stream)
+        return refresh_batchnorm(self.model, batches, count, self.task.loss)
 
     def checkpoint_accuracy(self, state_dir: Path) -> float | None:
         """Accuracy on the whole test set of the checkpoint in ``state_dir`` (None: there is

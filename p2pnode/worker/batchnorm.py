@@ -1,0 +1,63 @@
+"""BatchNorm statistics recomputed for the weights a node holds now, before it is evaluated.
+
+Why: a BatchNorm layer evaluates with running statistics, an average of the batch statistics of
+the weights the node held over its last few steps. Averaging with a peer moves the weights by a
+jump (and, under the default sparse publish, towards a public copy that is partly several
+publishes old), and the running statistics, averaged too, are then the statistics of no model
+anyone holds. Training does not see it (a training step normalises with the batch's own
+statistics) but evaluation does: three nodes training torchvision's ShuffleNet together reached
+a training loss of 0.1 and evaluated at chance (docs/BENCHMARKS.md, "BatchNorm after
+averaging"). Recomputing the statistics over a few training batches is what stochastic weight
+averaging does for its averaged model (``torch.optim.swa_utils.update_bn``, whose steps this
+follows; it is not called as is because a task feeds its model through ``Task.loss``, not
+``model(input)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+
+def batchnorm_layers(model: nn.Module) -> list[_BatchNorm]:
+    """The model's BatchNorm layers that keep running statistics."""
+    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+
+
+@torch.no_grad()
+def refresh_batchnorm(model: nn.Module, batches: Iterator[Any], count: int,
+                      forward: Callable[[nn.Module, Any], Any]) -> int:
+    """Every BatchNorm layer's running statistics replaced by the plain mean of its batch
+    statistics over ``count`` batches (``forward(model, batch)`` runs one, in training mode);
+    the layers' momenta and the model's mode are put back. Returns the batches run (0: the
+    model has no BatchNorm layer, or ``count`` is 0, and nothing was changed)."""
+    layers = batchnorm_layers(model)
+    if not layers or count <= 0:
+        return 0
+    was_training = model.training
+    momenta = [m.momentum for m in layers]
+    saved = [(m.running_mean.clone(), m.running_var.clone()) for m in layers]  # type: ignore[union-attr]
+    for m in layers:
+        m.reset_running_stats()
+        m.momentum = None  # a cumulative average over the batches run
+    model.train()
+    done = 0
+    try:
+        for batch in batches:
+            if done >= count:
+                break
+            forward(model, batch)
+            done += 1
+    finally:
+        for m, momentum in zip(layers, momenta):
+            m.momentum = momentum
+        model.train(was_training)
+    if done == 0:  # an empty shard: keep what there was rather than freshly reset statistics
+        for m, (mean, var) in zip(layers, saved):
+            m.running_mean.copy_(mean)  # type: ignore[union-attr]
+            m.running_var.copy_(var)  # type: ignore[union-attr]
+    return done
