@@ -55,3 +55,25 @@ def fashion_mnist_short_test(n: int, source: Path | None = None, cache: Path | N
         if not folder.is_dir():
             raise
     return folder
+
+
+COLOURS = {"red": (200, 40, 40), "green": (40, 180, 60), "blue": (50, 60, 210)}
+
+
+def write_image_folders(root: Path, train: int, val: int) -> Path:
+    """``root/{train,val}/{red,green,blue}/NNN.png``: noise with a coloured square somewhere
+    (an ImageFolder tree for ``training.task = "imagefolder"``: tests/test_tasks_cluster.py,
+    scripts/bench_batchnorm.py)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", train), ("val", val)):
+        for name, rgb in COLOURS.items():
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                img = rng.normal(128, 60, (32, 32, 3))
+                y, x = rng.integers(0, 20, 2)
+                img[y:y + 12, x:x + 12] = np.array(rgb) + rng.normal(0, 25, (12, 12, 3))
+                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
+    return root

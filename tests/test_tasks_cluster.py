@@ -12,11 +12,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 from daemon_util import metrics_text, sample_value
 from nodes import NodeProc, wait_for
 
+from benchlib.testdata import write_image_folders
 from p2pnode import checkpoint
 from p2pnode.config import Config
 from p2pnode.worker.training import ShardTrainer
@@ -42,26 +42,6 @@ def start_three(cluster: Start, extra: Callable[[int], list[str]]) -> list[NodeP
     for n in nodes:
         n.wait_ready(120)
     return nodes
-
-
-COLOURS = {"red": (200, 40, 40), "green": (40, 180, 60), "blue": (50, 60, 210)}
-
-
-def write_image_folders(root: Path, train: int, val: int) -> Path:
-    """``root/{train,val}/{red,green,blue}/NNN.png``: noise with a coloured square somewhere."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for split, n in (("train", train), ("val", val)):
-        for name, rgb in COLOURS.items():
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(n):
-                img = rng.normal(128, 60, (32, 32, 3))
-                y, x = rng.integers(0, 20, 2)
-                img[y:y + 12, x:x + 12] = np.array(rgb) + rng.normal(0, 25, (12, 12, 3))
-                Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
-    return root
 
 
 @pytest.mark.timeout(400)

@@ -5,9 +5,9 @@ the weights the node held over its last few steps. Averaging with a peer moves t
 jump (and, under the default sparse publish, towards a public copy that is partly several
 publishes old), and the running statistics, averaged too, are then the statistics of no model
 anyone holds. Training does not see it (a training step normalises with the batch's own
-statistics) but evaluation does: three nodes training torchvision's ShuffleNet together reached
-a training loss of 0.1 and evaluated at chance (docs/BENCHMARKS.md, "BatchNorm after
-averaging"). Recomputing the statistics over a few training batches is what stochastic weight
+statistics) but evaluation does: three nodes training torchvision's ShuffleNet together
+evaluated at chance at every evaluation while their training loss fell (docs/BENCHMARKS.md,
+"BatchNorm after averaging"). Recomputing the statistics over a few training batches is what stochastic weight
 averaging does for its averaged model (``torch.optim.swa_utils.update_bn``, whose steps this
 follows; it is not called as is because a task feeds its model through ``Task.loss``, not
 ``model(input)``).

@@ -1,0 +1,125 @@
+"""BatchNorm after averaging: three real daemons train torchvision's ShuffleNet (BatchNorm in
+every block) on an image-folder task, with and without the statistics recomputed before each
+evaluation (``training.bn_refresh``), and one daemon alone on all the data for reference.
+
+The data: benchlib.testdata.write_image_folders (noise with a red, green or blue square; 90
+training and 30 test images a class); each node of three holds a third of the training images.
+Printed per variant and run: each node's evaluations (every 20 steps and the final one), its
+training loss (the worker's moving average) and its test loss at the end. The three-node rows
+also show what the default sparse publish costs such a model, against dense float32 copies.
+
+    .venv/bin/python scripts/bench_batchnorm.py [--variants refresh no-refresh ...] [--repeat N] [--write] [--jsonl F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchlib.cluster import NodeProc
+from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
+from benchlib.status import wait_for
+from benchlib.testdata import write_image_folders
+
+SECTION = "## BatchNorm after averaging"
+STEPS = 180
+
+#: name -> (nodes, --set options beyond COMMON)
+VARIANTS: dict[str, tuple[int, list[str]]] = {
+    "alone": (1, []),
+    "refresh": (3, []),  # the defaults: training.bn_refresh = 16
+    "no-refresh": (3, ["training.bn_refresh=0"]),
+    "dense-refresh": (3, ["compression.publish=topk:density=1.0", "compression.value_dtype=float32"]),
+    "dense-no-refresh": (3, ["compression.publish=topk:density=1.0", "compression.value_dtype=float32",
+                             "training.bn_refresh=0"]),
+    "lr0.1-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant"]),
+    "lr0.1-no-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant", "training.bn_refresh=0"]),
+}
+
+
+def common(photos: Path) -> list[str]:
+    return ["training.task=imagefolder", f"task.root={photos}", "task.model=shufflenet_v2_x0_5",
+            "task.image_size=32", "task.augment=false", "training.device=cpu", "training.batch_size=16",
+            "training.lr=0.03", "training.lr_schedule=cosine", "training.warmup_samples=0",
+            f"training.max_samples={16 * STEPS}", "training.eval_every=20", "training.eval_samples=0",
+            "exchange.timeout=1.0", "membership.gossip_interval=0.3", "membership.timeout=0.5"]
+
+
+def run(name: str, photos: Path, work: Path) -> dict[str, Any]:
+    n, sets = VARIANTS[name]
+    opts = [*common(photos), *sets]
+    args = lambda i: [x for s in opts for x in ("--set", s)] + ["--shard", f"{i}/{n}"]  # noqa: E731
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    nodes = [NodeProc(work, "n0", args(0)).start()]
+    nodes += [NodeProc(work, f"n{i}", args(i), [nodes[0].addr]).start() for i in range(1, n)]
+    try:
+        for node in nodes:
+            node.wait_ready(120)
+        for node in nodes:
+            wait_for(lambda node=node: (t := node.status()["training"])["done"] and t["eval_step"] >= STEPS,
+                     600, f"{node.name} to finish")
+        rows = []
+        for node in nodes:
+            t = node.status()["training"]
+            evals = [float(line.split("accuracy")[1].split()[0]) for line in node.log().splitlines()
+                     if "test accuracy" in line]
+            rows.append({"node": node.name, "evals": evals, "final": t["accuracy"], "loss": t["loss"],
+                         "test_loss": t.get("test_loss")})
+    finally:
+        for node in nodes:
+            node.stop()
+    return {"variant": name, "nodes": n, "sets": sets, "rows": rows}
+
+
+def fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--variants", nargs="+", default=["alone", "no-refresh", "refresh", "dense-no-refresh",
+                                                      "dense-refresh"], choices=list(VARIANTS))
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--workdir", type=Path, default=None, help="where the nodes' state goes (default: a temp dir)")
+    add_output_args(ap, SECTION)
+    args = ap.parse_args()
+    base = args.workdir or Path(tempfile.mkdtemp(prefix="bench-bn-"))
+    photos = base / "photos"
+    if not photos.exists():
+        write_image_folders(photos, 90, 30)
+    out = []
+    for r in range(args.repeat):
+        for name in args.variants:
+            res = run(name, photos, base / f"{name}-{r}")
+            res["repeat"] = r
+            append_jsonl(args.jsonl, res)
+            out.append(res)
+            finals = [row["final"] for row in res["rows"]]
+            print(f"{name} (run {r}): final {finals}, training loss {[round(x['loss'], 3) for x in res['rows']]}",
+                  flush=True)
+    lines = []
+    for res in out:
+        rows = res["rows"]
+        lines.append([f"{res['variant']} ({res['nodes']} node{'s' * (res['nodes'] > 1)})", res["repeat"],
+                      " / ".join(fmt(r["final"]) for r in rows),
+                      " ".join(fmt(v) for v in rows[0]["evals"][:-1]),
+                      " / ".join(fmt(r["loss"]) for r in rows), " / ".join(fmt(r["test_loss"]) for r in rows),
+                      fmt(statistics.median(r["final"] for r in rows))])
+    text = table(["variant", "run", "final accuracy, each node", "first node's evaluations, steps 20–180",
+                  "training loss", "test loss", "median"], lines, "llrlrrr")
+    settings = " ".join(f"--set {s}" for s in common(Path("PHOTOS")))
+    section = (f"{SECTION}\n\n`{command_line()}`; {machine()}.\n\nEvery variant: {settings}; "
+               + "; ".join(f"`{k}`: {' '.join(v[1]) or 'nothing more'}" for k, v in VARIANTS.items()
+                           if k in args.variants) + ".\n\n" + text + "\n")
+    print(section)
+    if args.write:
+        write_section(section)
+
+
+if __name__ == "__main__":
+    main()
