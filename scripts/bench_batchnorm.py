@@ -38,6 +38,10 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
                              "training.bn_refresh=0"]),
     "lr0.1-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant"]),
     "lr0.1-no-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant", "training.bn_refresh=0"]),
+    # label skew: each node's refreshed statistics are of its own classes
+    "skew-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant", "training.partition=dirichlet:alpha=0.3"]),
+    "skew-no-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant",
+                            "training.partition=dirichlet:alpha=0.3", "training.bn_refresh=0"]),
 }
 
 
