@@ -38,6 +38,8 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
                              "training.bn_refresh=0"]),
     "lr0.1-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant"]),
     "lr0.1-no-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant", "training.bn_refresh=0"]),
+    # the synchronous mode: every node steps along the mean gradient (no public copies, no lag)
+    "sync": (3, ["exchange.sync=powersgd", "training.min_peers=2"]),
     # label skew: each node's refreshed statistics are of its own classes
     "skew-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant", "training.partition=dirichlet:alpha=0.3"]),
     "skew-no-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant",
