@@ -58,7 +58,10 @@ def common(photos: Path) -> list[str]:
 def run(name: str, photos: Path, work: Path) -> dict[str, Any]:
     n, sets = VARIANTS[name]
     opts = [*common(photos), *sets]
-    args = lambda i: [x for s in opts for x in ("--set", s)] + ["--shard", f"{i}/{n}"]  # noqa: E731
+
+    def args(i: int) -> list[str]:
+        return [x for s in opts for x in ("--set", s)] + ["--shard", f"{i}/{n}"]
+
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     nodes = [NodeProc(work, "n0", args(0)).start()]

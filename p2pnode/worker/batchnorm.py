@@ -15,6 +15,7 @@ follows; it is not called as is because a task feeds its model through ``Task.lo
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -34,30 +35,26 @@ def refresh_batchnorm(model: nn.Module, batches: Iterator[Any], count: int,
     """Every BatchNorm layer's running statistics replaced by the plain mean of its batch
     statistics over ``count`` batches (``forward(model, batch)`` runs one, in training mode);
     the layers' momenta and the model's mode are put back. Returns the batches run (0: the
-    model has no BatchNorm layer, or ``count`` is 0, and nothing was changed)."""
+    model has no BatchNorm layer, ``count`` is 0 or ``batches`` is empty, and nothing was
+    changed)."""
     layers = batchnorm_layers(model)
-    if not layers or count <= 0:
+    todo = itertools.islice(batches, count if layers else 0)
+    first = next(todo, None)
+    if first is None:
         return 0
     was_training = model.training
     momenta = [m.momentum for m in layers]
-    saved = [(m.running_mean.clone(), m.running_var.clone()) for m in layers]  # type: ignore[union-attr]
     for m in layers:
         m.reset_running_stats()
         m.momentum = None  # a cumulative average over the batches run
     model.train()
     done = 0
     try:
-        for batch in batches:
-            if done >= count:
-                break
+        for batch in itertools.chain([first], todo):
             forward(model, batch)
             done += 1
     finally:
         for m, momentum in zip(layers, momenta):
             m.momentum = momentum
         model.train(was_training)
-    if done == 0:  # an empty shard: keep what there was rather than freshly reset statistics
-        for m, (mean, var) in zip(layers, saved):
-            m.running_mean.copy_(mean)  # type: ignore[union-attr]
-            m.running_var.copy_(var)  # type: ignore[union-attr]
     return done
