@@ -100,10 +100,16 @@ def run(args: argparse.Namespace) -> dict:
                 sent += p.numel() * (args.value_bits or 32) / 32
                 continue
             if p.dim() < 2 or (rows + cols) * r * args.min_compression_rate >= rows * cols:  # vectors, small matrices whole
-                p.grad = sum(g[k] for g in grads) / n
+                if args.round_dense:  # as the daemon sends them: each part and the mean rounded
+                    parts = [rounded(g[k], args.value_bits) for g in grads]
+                    p.grad = rounded(sum(parts) / n, args.value_bits)
+                    for i in range(n):  # what the rounding left out: kept (--dense-feedback) or lost
+                        err[i][k] = grads[i][k] - parts[i] if args.dense_feedback else torch.zeros_like(p)
+                else:
+                    p.grad = sum(g[k] for g in grads) / n
+                    for i in range(n):
+                        err[i][k].zero_()
                 sent += p.numel() * (args.value_bits or 32) / 32
-                for i in range(n):
-                    err[i][k].zero_()
                 continue
             ms = [g[k].reshape(rows, cols) for g in grads]
             if k not in qs:
@@ -140,6 +146,12 @@ def main() -> None:
                     help="the last node trains on this part of each batch (exchange.sync_keep_pace)")
     ap.add_argument("--drop-last", action="store_true", help="the last node's gradients never count")
     ap.add_argument("--scaled", action="store_true", help="--value-bits 16: a power-of-two scale a tensor")
+    ap.add_argument("--round-dense", action="store_true",
+                    help="the tensors sent whole are rounded to --value-bits too, each node's part and the "
+                         "mean (as the daemon's wire does; without it they cross in float32)")
+    ap.add_argument("--dense-feedback", action="store_true",
+                    help="with --round-dense: each node keeps what rounding its whole tensors left out and "
+                         "adds it to the next step's (error feedback for the whole tensors)")
     args = ap.parse_args()
     global SCALED
     SCALED = args.scaled
