@@ -30,7 +30,8 @@ from aiohttp import web
 
 from benchlib.cluster import TrainResult, train
 from benchlib.status import free_port
-from p2pnode.wire.codec import ModelSpec, PayloadError, Snapshot, decode, encode
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.replica import Replica
 
 ATTACKS = ("sign-flip", "scale100", "random")

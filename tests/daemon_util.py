@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib.procs import children, cmdline, pid_alive, worker_pid
 from p2pnode.net.auth import sign
-from p2pnode.wire.codec import Snapshot, decode
+from p2pnode.wire.codec import decode
+from p2pnode.wire.payload import Snapshot
 
 __all__ = ["children", "cmdline", "fetch_snapshot", "http_request", "metrics_text", "pid_alive", "sample_value",
            "worker_pid"]

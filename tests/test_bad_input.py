@@ -14,7 +14,8 @@ import pytest
 
 from nodes import STUB, wait_for
 from daemon_util import fetch_snapshot, http_request, metrics_text, pid_alive, sample_value, worker_pid
-from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, encode
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Delta, ModelSpec, Snapshot, TensorSpec
 
 LIMIT = 4 * 1024 * 1024  # far above one snapshot of the model, so only the big bodies hit it
 PEER = "feedfacecafebeef"

@@ -18,7 +18,8 @@ from worker_pipe import drain
 from p2pnode.config import Config, set_option
 from p2pnode.pipe_protocol import ADOPT, Applied, PeerPayload
 from p2pnode.tasks.loader import EndlessBatches
-from p2pnode.wire.codec import Snapshot, encode
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Snapshot
 from p2pnode.worker.main import Worker
 from p2pnode.worker.public import floating_state
 from p2pnode.worker.training import ShardTrainer

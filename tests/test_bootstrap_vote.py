@@ -13,7 +13,8 @@ from daemon_util import fetch_snapshot, http_request
 from nodes import STUB, NodeProc, free_port, wait_for
 from p2pnode.daemon.bootstrap import Offer, distance, flat_snapshot, judge
 from p2pnode.membership.base import Member
-from p2pnode.wire.codec import Delta, ModelSpec, PayloadError, Snapshot, TensorSpec, encode
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot, TensorSpec
 
 RADIUS = 1.0  # clip_refuse x clip_max, the defaults
 RNG = np.random.default_rng(0)

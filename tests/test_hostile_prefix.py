@@ -8,7 +8,8 @@ import random
 
 import numpy as np
 
-from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, encode
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Delta, ModelSpec, Snapshot, TensorSpec
 from p2pnode.wire.prefix import PREFIX_BYTES, prefix_error
 
 SPEC = ModelSpec("fp-prefix", [TensorSpec("w", (300, 300)), TensorSpec("b", (300,))])

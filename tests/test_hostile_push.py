@@ -12,7 +12,8 @@ import pytest
 from daemon_util import fetch_snapshot, http_request, metrics_text, sample_value
 from nodes import STUB, wait_for
 from p2pnode.daemon.push import same_host
-from p2pnode.wire.codec import ModelSpec, Snapshot, encode
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import ModelSpec, Snapshot
 
 STRANGER = "feedfacecafebeef"
 REJECTED = "p2pnode_payloads_rejected_total"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import Delta, ModelSpec, Snapshot, TensorSpec
 from p2pnode.wire.replica import Replica
 from p2pnode.wire.served import ServedModel
 

@@ -14,7 +14,8 @@ import pytest
 
 from p2pnode.config import Config
 from p2pnode.pipe_protocol import Applied, PeerPayload, decode
-from p2pnode.wire.codec import Snapshot, encode
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Snapshot
 from p2pnode.worker.robust import MIN_RATIO, ClipRadius
 from p2pnode.worker.stub import SPEC, StubWorker
 

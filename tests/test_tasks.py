@@ -17,7 +17,8 @@ import torch
 from p2pnode.config import Config, ConfigError, merge, set_option
 from p2pnode.tasks.base import TaskError
 from p2pnode.tasks.probe import probe
-from p2pnode.wire.codec import ArchitectureMismatch, ModelSpec, Snapshot, decode, encode
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import ArchitectureMismatch, ModelSpec, Snapshot
 from p2pnode.worker.averaging import average_into
 from p2pnode.worker.public import floating_state
 from p2pnode.worker.training import ShardTrainer

@@ -42,7 +42,8 @@ import numpy as np
 
 from p2pnode.membership.base import Member
 from p2pnode.net.client import PeerClient, PeerError
-from p2pnode.wire.codec import PayloadError, Snapshot, decode
+from p2pnode.wire.codec import decode
+from p2pnode.wire.payload import PayloadError, Snapshot
 
 log = logging.getLogger("p2pnode.bootstrap")
 

@@ -38,7 +38,8 @@ from p2pnode.pipe_protocol import (
     Published,
     Stop,
 )
-from p2pnode.wire.codec import ModelSpec, Snapshot, decode
+from p2pnode.wire.codec import decode
+from p2pnode.wire.payload import ModelSpec, Snapshot
 from p2pnode.wire.served import ServedModel
 
 log = logging.getLogger("p2pnode.supervisor")

@@ -1,4 +1,4 @@
-"""A pushed gradient on the wire: a model payload (``p2pnode/wire/codec.py``) of kind "delta".
+"""A pushed gradient on the wire: a model payload (``p2pnode/wire/codec.py``, ``payload.py``) of kind "delta".
 
 Reusing the model codec gives the push the same validation, size limits and fingerprint check
 as a model exchange, and lets the server's guard refuse garbage from a body's first bytes
@@ -17,7 +17,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from p2pnode.wire.codec import Delta, ModelSpec, PayloadError, decode, encode, round_for_wire
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import Delta, ModelSpec, PayloadError
+from p2pnode.wire.rounding import round_for_wire
 
 
 def encode_gradient(changes: dict[str, torch.Tensor], spec: ModelSpec, node_id: str, epoch: str,

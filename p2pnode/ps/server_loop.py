@@ -43,7 +43,7 @@ from p2pnode.pipe_protocol import (
 from p2pnode.ps.gradient import decode_gradient, dense
 from p2pnode.ps.messages import PsPush
 from p2pnode.ps.worker_loop import model_fingerprint
-from p2pnode.wire.codec import ModelSpec, NonFiniteError, PayloadError
+from p2pnode.wire.payload import ModelSpec, NonFiniteError, PayloadError
 from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.training import ShardTrainer

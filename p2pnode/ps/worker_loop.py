@@ -43,7 +43,7 @@ from p2pnode.pipe_protocol import (
 )
 from p2pnode.ps.gradient import encode_gradient
 from p2pnode.ps.messages import PsGradient, PsRoundEnd
-from p2pnode.wire.codec import ModelSpec, PayloadError, Snapshot
+from p2pnode.wire.payload import ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.codec import decode as decode_payload
 from p2pnode.wire.replica import Replica, ReplicaGap
 from p2pnode.worker.process import run_spawned

@@ -24,7 +24,7 @@ def probe(cfg: Config) -> dict[str, Any]:
     from p2pnode.tasks import loader, runtime
     from p2pnode.tasks.base import TaskError
     from p2pnode.tasks.registry import first_line
-    from p2pnode.wire.codec import ModelSpec
+    from p2pnode.wire.payload import ModelSpec
     from p2pnode.worker.public import floating_state
 
     name = cfg.training.task or "builtin"
@@ -48,7 +48,7 @@ def probe(cfg: Config) -> dict[str, Any]:
         except Exception as exc:
             raise TaskError(f"loss() raised {type(exc).__name__}: {first_line(exc)}") from None
         runtime.check_loss(loss)
-        try:  # what goes on the wire: float32 tensors only (p2pnode/wire/codec.py)
+        try:  # what goes on the wire: float32 tensors only (p2pnode/wire/payload.py)
             ModelSpec.from_state_dict(floating_state(model), "probe")
         except ValueError as exc:
             raise TaskError(f"its model cannot go on the wire: {exc}") from None

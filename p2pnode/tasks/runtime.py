@@ -65,7 +65,7 @@ def _call(method: Any) -> Any:
 def fingerprint(label: str, model: nn.Module) -> str:
     """``TASK@HASH``: the task's name, then a short hash of the state's names, shapes and
     dtypes. Nodes whose fingerprints differ refuse each other's models, and the refusal
-    names both tasks (p2pnode.wire.codec.mismatch)."""
+    names both tasks (p2pnode.wire.payload.mismatch)."""
     h = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         h.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())

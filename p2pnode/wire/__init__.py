@@ -1,6 +1,7 @@
 """Model exchange on the wire: payload codec, the publisher's delta log, peers' replicas."""
 
-from p2pnode.wire.codec import (
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
     Header,
@@ -9,8 +10,6 @@ from p2pnode.wire.codec import (
     PayloadError,
     Snapshot,
     TensorSpec,
-    decode,
-    encode,
 )
 from p2pnode.wire.replica import Replica, ReplicaCache, ReplicaGap
 from p2pnode.wire.served import ServedModel, ServeResult

@@ -6,7 +6,8 @@ step, loss, tensor names/shapes/dtypes) so a receiver can refuse a foreign model
 number of it touches ours. Tensor data travel as raw little-endian bytes: lz4 gains nothing
 on random float32 values, so it is used only on delta indices, and only when it pays.
 
-:func:`decode` never trusts its input: every malformed payload raises :class:`PayloadError`
+The payload's parts are in payload.py, the rounding of int8 and float16 values in
+rounding.py. :func:`decode` never trusts its input: every malformed payload raises :class:`PayloadError`
 (a ``ValueError``) with a short reason, before the caller can act on any part of it. All
 per-element work is vectorised numpy; there is no Python loop over elements.
 """
@@ -14,14 +15,30 @@ per-element work is vectorised numpy; there is no Python loop over elements.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Union
+from typing import Any, Mapping
 
 import lz4.block
 import msgpack
 import numpy as np
 
-FORMAT_VERSION = 1
+from p2pnode.wire.payload import (
+    DELTA_OPS,
+    FORMAT_VERSION,
+    KINDS,
+    TENSOR_DTYPES,
+    ArchitectureMismatch,
+    Delta,
+    Header,
+    ModelSpec,
+    NonFiniteError,
+    Payload,
+    PayloadError,
+    Snapshot,
+    TensorSpec,
+    mismatch,
+)
+from p2pnode.wire.rounding import INT8_EXPONENTS, int8_exponent
+
 #: indices are < numel, so with this bound a uint32 always holds an index, and the uint64
 #: running sum of n <= numel gaps (each < 2**32) can never wrap.
 MAX_TENSOR_NUMEL = 2**32 - 1
@@ -32,24 +49,10 @@ MAX_ID_LEN = 256
 MAX_VERSION = 2**63 - 1
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
-#: Element types a ModelSpec may declare -> dtype of the decoded arrays. Half-precision
-#: parameters travel like float32 ones: the public copy x_hat is kept in float32 whatever the
-#: model's type (its values go out as "vdt" says, and decode to float32), and averaging rounds
-#: into the model's own type (numpy has no bfloat16; none is needed).
-TENSOR_DTYPES: dict[str, np.dtype] = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float32),
-                                      "bfloat16": np.dtype(np.float32)}
 #: Wire encodings of float values ("vdt" field). Decoded values are always float32.
 VALUE_DTYPES: dict[str, np.dtype] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2"), "int8": np.dtype("i1")}
-#: int8 values are k * 2**e per tensor entry (|k| <= 127, e in this range): a power-of-two
-#: scale, so k * 2**e is exact in float32 and the encoder recovers k and e from the values alone
-INT8_LEVELS = 127
-INT8_EXPONENTS = (-126, 120)
 #: Index gap widths in bytes ("w" field of a delta entry).
 INDEX_WIDTHS: dict[int, np.dtype] = {1: np.dtype("<u1"), 2: np.dtype("<u2"), 4: np.dtype("<u4")}
-
-KINDS = ("snapshot", "delta")
-#: "add": x̂[idx] += v (what the worker publishes); "set": x̂[idx] = v (merged deltas: exact).
-DELTA_OPS = ("add", "set")
 
 _COMMON_KEYS = frozenset(
     {"fmt", "kind", "fp", "node", "epoch", "base", "ver", "step", "loss", "vdt", "specs", "data"}
@@ -59,163 +62,7 @@ _ENTRY_KEYS = frozenset({"t", "n", "w", "z", "i", "v"})
 _INT8_ENTRY_KEYS = _ENTRY_KEYS | {"e"}  # int8 values: the entry's power-of-two exponent
 
 
-class PayloadError(ValueError):
-    """A payload that must not be applied; the message is a short reason."""
-
-
-class ArchitectureMismatch(PayloadError):
-    """The payload describes another model (fingerprint or tensor specs differ)."""
-
-
-def describe(fp: str) -> str:
-    """A fingerprint in words: ``TASK@HASH`` (p2pnode.tasks.runtime.fingerprint) names its task."""
-    task, sep, digest = fp.rpartition("@")
-    return f"task {task!r} (model {digest})" if sep else f"model {fp!r}"
-
-
-def mismatch(theirs: str, ours: str) -> str:
-    """Why a payload of fingerprint ``theirs`` is refused by a node of fingerprint ``ours``."""
-    if theirs.rpartition("@")[0] != ours.rpartition("@")[0]:
-        return f"another task: the peer trains {describe(theirs)}, this node {describe(ours)}"
-    return f"model fingerprint differs: the peer's {describe(theirs)}, this node's {describe(ours)}"
-
-
-class NonFiniteError(PayloadError):
-    """The payload carries NaN or infinity."""
-
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """Name, shape and element type of one floating-point tensor of the model."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "float32"
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass
-class ModelSpec:
-    """The tensors that travel on the wire, in state_dict order, plus the model fingerprint."""
-
-    fingerprint: str
-    tensors: list[TensorSpec]
-
-    @property
-    def numel(self) -> int:
-        return sum(t.numel for t in self.tensors)
-
-    @property
-    def names(self) -> list[str]:
-        return [t.name for t in self.tensors]
-
-    @classmethod
-    def from_state_dict(cls, sd: Mapping[str, Any], fingerprint: str) -> ModelSpec:
-        """Floating-point entries of a torch state_dict (integer buffers such as BatchNorm's
-        ``num_batches_tracked`` are local bookkeeping and are not exchanged)."""
-        specs = []
-        for name, t in sd.items():
-            if hasattr(t, "is_floating_point"):  # torch.Tensor
-                if not t.is_floating_point():
-                    continue
-                dtype = str(t.dtype).removeprefix("torch.")
-            else:
-                a = np.asarray(t)
-                if not np.issubdtype(a.dtype, np.floating):
-                    continue
-                dtype = a.dtype.name
-            if dtype not in TENSOR_DTYPES:
-                raise ValueError(f"{name}: dtype {dtype} is not supported on the wire")
-            specs.append(TensorSpec(name, tuple(int(d) for d in t.shape), dtype))
-        return cls(fingerprint, specs)
-
-    def header(self, kind: str, node_id: str, epoch: str, version: int, **kw: Any) -> Header:
-        """A header for a payload of this model (``kw``: base_version, step, loss, op)."""
-        return Header(kind=kind, fingerprint=self.fingerprint, node_id=node_id, epoch=epoch,
-                      version=version, specs=list(self.tensors), **kw)
-
-
-@dataclass(kw_only=True)
-class Header:
-    """Everything in a payload except tensor data. ``base_version`` is -1 (or ``version``)
-    for a snapshot; for a delta it is the version the delta applies to."""
-
-    fmt: int = FORMAT_VERSION
-    kind: str
-    fingerprint: str
-    node_id: str
-    epoch: str
-    base_version: int = -1
-    version: int
-    step: int = 0
-    loss: float = 0.0  # NaN: unknown yet; never infinite
-    specs: list[TensorSpec] = field(default_factory=list)
-    op: str = "add"  # deltas only
-    value_dtype: str = "float32"  # set by decode: how the values travelled
-
-
-@dataclass
-class Snapshot:
-    """The whole x̂: one flat float32 array per tensor (decoded arrays may be read-only)."""
-
-    header: Header
-    tensors: dict[str, np.ndarray]
-
-
-@dataclass
-class Delta:
-    """Sparse change: name -> (strictly increasing int64 indices into the flat tensor, float32
-    values). Tensors without entries are unchanged."""
-
-    header: Header
-    entries: dict[str, tuple[np.ndarray, np.ndarray]]
-
-
-Payload = Union[Snapshot, Delta]
-
-
 # ---------------------------------------------------------------------------------- encode
-
-
-def int8_exponent(maxabs: float) -> int:
-    """The least e with maxabs / 2**e <= 127: the scale of an int8 entry whose largest value
-    is ``maxabs``. Rounding keeps the largest |k| in [64, 127], so the values rounded with it
-    give this same e again (what the encoder relies on)."""
-    e = math.frexp(maxabs / INT8_LEVELS)[1]  # maxabs/127 = m * 2**e, 0.5 <= m < 1: 2**(e-1) <= it < 2**e
-    while e > INT8_EXPONENTS[0] and math.ldexp(maxabs, -(e - 1)) <= INT8_LEVELS:
-        e -= 1
-    while math.ldexp(maxabs, -e) > INT8_LEVELS:
-        e += 1
-    return e
-
-
-def round_int8(values: np.ndarray) -> np.ndarray:
-    """Values rounded to what an int8 entry carries (k * 2**e, float32): who keeps x_hat adds
-    these, so that sender and receivers stay bit-equal. An entry too small for the exponent
-    range rounds to zeros."""
-    a = np.asarray(values, dtype=np.float32)
-    maxabs = float(np.abs(a).max()) if a.size else 0.0
-    if maxabs == 0.0 or not math.isfinite(maxabs):
-        return np.zeros_like(a) if maxabs == 0.0 else a
-    e = int8_exponent(maxabs)
-    if e < INT8_EXPONENTS[0] or e > INT8_EXPONENTS[1]:
-        return np.zeros_like(a)
-    return np.ldexp(np.rint(np.ldexp(a, -e)), e).astype(np.float32)
-
-
-def round_for_wire(idx: np.ndarray, values: np.ndarray, value_dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """A delta entry's values rounded to what ``value_dtype`` carries (float16, or int8's
-    k * 2**e), and the entries that rounded to zero dropped (nothing to send, nothing to add).
-    Whoever keeps an x_hat adds exactly these values. float32: unchanged."""
-    if value_dtype == "float32":
-        return idx, values
-    v = np.asarray(values, np.float32)
-    v = round_int8(v) if value_dtype == "int8" else v.astype(np.float16).astype(np.float32)
-    keep = v != 0
-    return idx[keep], v[keep]
 
 
 def _int8_entry(name: str, values: Any, count: int) -> tuple[bytes, int]:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from p2pnode.wire.codec import ModelSpec
+from p2pnode.wire.payload import ModelSpec
 
 #: what a digest looks like on the wire (``?genesis=``): lowercase hex, 32 characters
 DIGEST_RE = re.compile(r"[0-9a-f]{32}")

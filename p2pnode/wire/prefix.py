@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import msgpack
 
-from p2pnode.wire.codec import _COMMON_KEYS, _DELTA_KEYS, FORMAT_VERSION, ModelSpec
+from p2pnode.wire.codec import _COMMON_KEYS, _DELTA_KEYS
+from p2pnode.wire.payload import FORMAT_VERSION, ModelSpec
 
 #: bytes of a body examined before the rest is read
 PREFIX_BYTES = 64 * 1024

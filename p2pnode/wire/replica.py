@@ -21,18 +21,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from p2pnode.wire.codec import (
-    DEFAULT_MAX_BYTES,
+from p2pnode.wire.codec import DEFAULT_MAX_BYTES, decode, encode, split_chain
+from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
     ModelSpec,
     Payload,
     PayloadError,
     Snapshot,
-    decode,
     mismatch,
-    encode,
-    split_chain,
 )
 
 

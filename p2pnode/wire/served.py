@@ -38,15 +38,8 @@ from itertools import islice
 
 import numpy as np
 
-from p2pnode.wire.codec import (
-    MAX_CHAIN,
-    Delta,
-    ModelSpec,
-    PayloadError,
-    Snapshot,
-    decode,
-    encode,
-)
+from p2pnode.wire.codec import MAX_CHAIN, decode, encode
+from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.genesis import digest
 
 MiB = 1024 * 1024

@@ -42,12 +42,7 @@ from p2pnode.pipe_protocol import (
 )
 from p2pnode.sync.messages import FINAL, FINAL_ROUND, SyncContribute, SyncResult
 from p2pnode.sync.powersgd import PowerSync, from_wire, to_wire
-from p2pnode.wire.codec import (
-    ArchitectureMismatch,
-    ModelSpec,
-    NonFiniteError,
-    PayloadError,
-)
+from p2pnode.wire.payload import ArchitectureMismatch, ModelSpec, NonFiniteError, PayloadError
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.allreduce import AllReduce
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance

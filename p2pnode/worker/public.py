@@ -18,7 +18,9 @@ import torch
 from torch import nn
 
 from p2pnode.compression.base import Sparsifier
-from p2pnode.wire.codec import Delta, Header, ModelSpec, Snapshot, encode, round_for_wire
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Delta, Header, ModelSpec, Snapshot
+from p2pnode.wire.rounding import round_for_wire
 
 
 #: attribute of a model holding the name patterns its task keeps local (``Task.keep_local``)

@@ -46,7 +46,7 @@ from p2pnode.pipe_protocol import (
     encode,
     mean_weight,
 )
-from p2pnode.wire.codec import (
+from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
     ModelSpec,

@@ -8,17 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from p2pnode.wire.codec import (
-    MAX_CHAIN,
-    Delta,
-    ModelSpec,
-    PayloadError,
-    Snapshot,
-    TensorSpec,
-    encode,
-    round_int8,
-    split_chain,
-)
+from p2pnode.wire.codec import MAX_CHAIN, encode, split_chain
+from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot, TensorSpec
+from p2pnode.wire.rounding import round_int8
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.wire.served import ServedModel
 

@@ -7,7 +7,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from p2pnode.wire.codec import (
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
     ModelSpec,
@@ -15,10 +16,8 @@ from p2pnode.wire.codec import (
     PayloadError,
     Snapshot,
     TensorSpec,
-    decode,
-    encode,
-    round_int8,
 )
+from p2pnode.wire.rounding import round_int8
 
 SPEC = ModelSpec("fp0", [TensorSpec("w", (40, 30)), TensorSpec("b", (30,)),
                          TensorSpec("big", (100_000,)), TensorSpec("empty", (0,))])

@@ -9,7 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from p2pnode.wire.codec import Delta, ModelSpec, PayloadError, Snapshot, TensorSpec, encode, round_int8
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot, TensorSpec
+from p2pnode.wire.rounding import round_int8
 from p2pnode.wire.genesis import DIGEST_RE, digest
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.wire.served import ServedModel

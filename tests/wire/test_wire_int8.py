@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from p2pnode.compression.registry import build_sparsifier
-from p2pnode.wire.codec import ModelSpec, decode
+from p2pnode.wire.codec import decode
+from p2pnode.wire.payload import ModelSpec
 from p2pnode.wire.replica import ReplicaCache
 from p2pnode.worker.public import DeltaPublisher, floating_state
 

@@ -8,8 +8,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from p2pnode.wire.codec import round_int8
-from p2pnode.wire.codec import Delta, ModelSpec, Snapshot, TensorSpec, decode, encode
+from p2pnode.wire.rounding import round_int8
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import Delta, ModelSpec, Snapshot, TensorSpec
 from p2pnode.wire.replica import Replica, ReplicaCache
 from p2pnode.wire.served import ServedModel
 

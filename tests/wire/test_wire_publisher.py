@@ -8,16 +8,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from p2pnode.wire.codec import (
-    ArchitectureMismatch,
-    Delta,
-    ModelSpec,
-    PayloadError,
-    Snapshot,
-    TensorSpec,
-    decode,
-    encode,
-)
+from p2pnode.wire.codec import decode, encode
+from p2pnode.wire.payload import ArchitectureMismatch, Delta, ModelSpec, PayloadError, Snapshot, TensorSpec
 from p2pnode.wire.replica import Replica
 from p2pnode.wire.served import ServedModel
 

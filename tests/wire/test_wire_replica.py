@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from p2pnode.wire.codec import (
+from p2pnode.wire.codec import encode
+from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
     ModelSpec,
@@ -14,7 +15,6 @@ from p2pnode.wire.codec import (
     PayloadError,
     Snapshot,
     TensorSpec,
-    encode,
 )
 from p2pnode.wire.replica import Replica, ReplicaCache, ReplicaGap
 
