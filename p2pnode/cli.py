@@ -120,7 +120,8 @@ def render_status(s: dict[str, Any]) -> str:
         f"{'  (done)' if t['done'] else ''}",
         f"test      accuracy {_fmt(t['accuracy'])} at step {t['eval_step']} on {t['eval_samples']} images"
         + "".join(f"  {k} {_fmt(v)}" for k, v in sorted((t.get("metrics") or {}).items())
-                  if k not in ("accuracy", "loss")),
+                  if k not in ("accuracy", "loss"))
+        + ("  (the model agreed on: consensus finish)" if t.get("eval_consensus") else ""),
         f"worker    {'running' if t['worker_alive'] else 'DOWN'}  restarts {t['worker_restarts']}  "
         f"last checkpoint at step {_fmt(t['last_checkpoint_step'])}",
         f"exchanges done {ex['done']}  skipped {ex['skipped']}  not modified {ex['not_modified']}  "

@@ -110,7 +110,8 @@ class Applied(Message):
 
 @dataclass
 class Evaluated(Message):
-    """Test-set figures, sent every ``training.eval_every`` steps and once at the end."""
+    """Test-set figures, sent every ``training.eval_every`` steps, once at the end of training,
+    and when the daemon asks (``Evaluate``)."""
 
     kind: ClassVar[str] = "evaluated"
     step: int
@@ -119,6 +120,8 @@ class Evaluated(Message):
     samples: int
     #: every metric the task reported (p2pnode/tasks/: loss, accuracy, perplexity...)
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: the model the consensus finish agreed on (an ``Evaluate(consensus=True)`` answered)
+    consensus: bool = False
 
 
 @dataclass
@@ -209,6 +212,17 @@ class PublishNow(Message):
     worker publishes at most once a step; a request with nothing new since is dropped."""
 
     kind: ClassVar[str] = "publish_now"
+
+
+@dataclass
+class Evaluate(Message):
+    """Evaluate the model now, on the whole test set. The daemon asks when the consensus
+    finish reaches agreement: the figure sent at the end of training is of the model before
+    the averages that followed it, which on skewed shards was 10-15 points off the model every
+    node ends with (docs/ALGORITHMS.md, "Consensus finish")."""
+
+    kind: ClassVar[str] = "evaluate"
+    consensus: bool = True
 
 
 #: compression.publish_on = "fetch": a copy nobody fetched for this many x publish_every steps is

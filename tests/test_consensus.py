@@ -50,6 +50,14 @@ def agreed(node: NodeProc) -> bool:
     return bool(c["reached"]) and c["peers"] >= 1 and c["max_distance"] is not None
 
 
+def end_of_training_accuracy(node: NodeProc) -> float:
+    """The figure the worker sent when its training ended, before the finish's averages (the
+    last evaluation the log does not say is of the agreed model)."""
+    lines = [ln for ln in node.log_path.read_text().splitlines()
+             if "test accuracy" in ln and "the model agreed on" not in ln]
+    return float(lines[-1].split("test accuracy ")[1].split()[0])
+
+
 @pytest.mark.timeout(240)
 def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
     nodes = start_three(cluster, [])
@@ -75,6 +83,14 @@ def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
     for n in nodes:
         wait_for(lambda n=n: agreed(n), 60, f"{n.name} to agree with its peers")
         assert n.status()["consensus"]["max_distance"] <= TOL
+    # each node reports the agreed model's figure, not its own shard's model's at the end of training
+    agreed_figures = [wait_for(lambda n=n: (t := n.status()["training"])["eval_consensus"] and t, 30,
+                               f"{n.name} to evaluate the agreed model") for n in nodes]
+    ends = [end_of_training_accuracy(n) for n in nodes]
+    accs = [t["accuracy"] for t in agreed_figures]
+    print(f"accuracy at the end of training {ends}, of the agreed model {accs}")
+    assert max(accs) - min(accs) <= 0.03, (accs, ends)
+    assert all(t["eval_step"] == t["step"] for t in agreed_figures), agreed_figures
     for n in nodes:
         n.stop()  # SIGTERM: final checkpoint
     models = [model_of(n) for n in nodes]

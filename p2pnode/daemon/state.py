@@ -40,6 +40,8 @@ class TrainingState:
     test_loss: float | None = None
     eval_step: int = 0
     eval_samples: int = 0
+    #: the last evaluation is of the model the consensus finish agreed on (Evaluate)
+    eval_consensus: bool = False
     #: the task's named metrics of the last evaluation (finite values only)
     metrics: dict[str, float] = field(default_factory=dict)
     params: int = 0

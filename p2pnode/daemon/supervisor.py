@@ -148,14 +148,15 @@ class WorkerSupervisor:
             await self._on_hello(msg)
         elif isinstance(msg, Evaluated):
             s.accuracy, s.test_loss, s.eval_step, s.eval_samples = msg.accuracy, msg.loss, msg.step, msg.samples
+            s.eval_consensus = msg.consensus
             s.metrics = {k: float(v) for k, v in msg.metrics.items()
                          if isinstance(v, (int, float)) and abs(v) < float("inf")}  # finite: JSON has no NaN
             self.metrics.accuracy.set(msg.accuracy)
             for name, value in s.metrics.items():
                 self.metrics.test_metric.labels(name[:64]).set(value)
             named = "  ".join(f"{k} {v:.4g}" for k, v in sorted(s.metrics.items()) if k not in ("accuracy", "loss"))
-            log.info("step %d: test accuracy %.4f on %d images%s", msg.step, msg.accuracy, msg.samples,
-                     f" ({named})" if named else "")
+            log.info("step %d: test accuracy %.4f on %d images%s%s", msg.step, msg.accuracy, msg.samples,
+                     f" ({named})" if named else "", ", the model agreed on (consensus finish)" if msg.consensus else "")
         elif isinstance(msg, Checkpointed):
             if msg.ok:
                 s.last_checkpoint_step, s.last_checkpoint_at = msg.step, time.time()

@@ -28,6 +28,7 @@ from p2pnode.pipe_protocol import (
     Begin,
     Checkpoint,
     Checkpointed,
+    Evaluate,
     Evaluated,
     Hello,
     Hold,
@@ -195,9 +196,10 @@ class Worker:
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
                           version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
-    def evaluate(self, samples: int) -> None:
+    def evaluate(self, samples: int, consensus: bool = False) -> None:
         acc, loss, n = self.trainer.evaluate(samples)
-        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n, metrics=dict(self.trainer.metrics)))
+        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n,
+                            metrics=dict(self.trainer.metrics), consensus=consensus))
 
     def handle(self, msg: Message) -> None:
         if isinstance(msg, PeerPayload):
@@ -206,6 +208,8 @@ class Worker:
             self.save_checkpoint(msg.token)
         elif isinstance(msg, Begin):
             self.waiting = False
+        elif isinstance(msg, Evaluate):
+            self.evaluate(0, consensus=msg.consensus)
         elif isinstance(msg, Hold):
             self.limit = msg.limit
         elif isinstance(msg, SyncResult):

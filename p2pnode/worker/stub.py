@@ -33,6 +33,7 @@ from p2pnode.pipe_protocol import (
     Begin,
     Checkpoint,
     Checkpointed,
+    Evaluate,
     Evaluated,
     Hello,
     Hold,
@@ -207,6 +208,8 @@ class StubWorker:
             self.checkpoint(msg.token)
         elif isinstance(msg, Begin):
             self.waiting = False
+        elif isinstance(msg, Evaluate):
+            self.evaluate(consensus=msg.consensus)
         elif isinstance(msg, Hold):
             self.limit = msg.limit
         elif isinstance(msg, PublishNow):  # compression.publish_on = "fetch": once a step at most
@@ -219,10 +222,10 @@ class StubWorker:
                 self.send(Checkpointed(token=msg.token, step=self.step, path="", ok=False, detail="not asked for"))
             self.running = False
 
-    def evaluate(self) -> None:
+    def evaluate(self, consensus: bool = False) -> None:
         loss = self.loss
         self.send(Evaluated(step=self.step, accuracy=1.0 / (1.0 + loss), loss=loss,
-                            samples=self.cfg.training.eval_samples))
+                            samples=self.cfg.training.eval_samples, consensus=consensus))
 
     def train_step(self) -> None:
         c = self.cfg
