@@ -218,8 +218,8 @@ class PublishNow(Message):
 class Evaluate(Message):
     """Evaluate the model now, on the whole test set. The daemon asks when the consensus
     finish reaches agreement: the figure sent at the end of training is of the model before
-    the averages that followed it, which on skewed shards was 10-15 points off the model every
-    node ends with (docs/ALGORITHMS.md, "Consensus finish")."""
+    the averages that followed it, not of the model every node ends with (docs/ALGORITHMS.md,
+    "Consensus finish")."""
 
     kind: ClassVar[str] = "evaluate"
     consensus: bool = True

@@ -28,7 +28,6 @@ another version, of that peer). Both are this node's business, never counted aga
 from __future__ import annotations
 
 import asyncio
-import collections
 import itertools
 import logging
 import math
@@ -40,6 +39,7 @@ from typing import Any
 
 from p2pnode.config import Config
 from p2pnode.daemon.bootstrap import LONE_WAIT_S, MAX_VOTES, RETRY_S, VOTERS, BootstrapState, collect, judge
+from p2pnode.daemon.consensus import ConsensusFinish
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pace import Pace, parse_step
 from p2pnode.daemon.pipe import WorkerPipe
@@ -48,12 +48,10 @@ from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
 from p2pnode.net.deadline import SlowAnswers
-from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP, OUTLIER, Evaluate
+from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP, OUTLIER
 
 log = logging.getLogger("p2pnode.exchange")
 
-#: averages within tolerance, in a row, before a node says it agrees with its peers
-CONSENSUS_WINDOW = 4
 #: seconds between rounds while exchange.max_lead holds our worker (no steps to pace them)
 HELD_POLL = 0.1
 
@@ -135,13 +133,8 @@ class Exchange:
         self.boot = BootstrapState(bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
                                    and cfg.node.role == "peer")
         self.bootstrapped_from: str | None = None
-        #: distances measured at the last averages since training ended (consensus finish)
-        self.recent_distances: collections.deque[float] = collections.deque(maxlen=CONSENSUS_WINDOW)
-        #: averages taken since training ended, and how many there were at the last evaluation
-        #: asked for on agreement (``evaluate_agreed``); whether the last look found agreement
-        self.averages_after_done = 0
-        self.evaluated_after = 0
-        self.agreed = False
+        #: agreement after training (daemon/consensus.py)
+        self.finish = ConsensusFinish(cfg.exchange.consensus_tolerance, metrics)
         #: the worker life (its epoch) our replica versions belong to
         self.worker_epoch = ""
         #: peers with an exchange in flight: a peer's next delta depends on the last one applied
@@ -172,7 +165,7 @@ class Exchange:
                 if self.clock.done:
                     # training over: quickly until we agree with every peer, then gently
                     reached = self.consensus()["reached"]
-                    await self.evaluate_agreed(reached)
+                    await self.finish.evaluate_agreed(reached, self.worker)
                     await asyncio.sleep(1.0 if reached else x.finish_interval)
                 else:
                     last = await self.next_round_step(last + x.every - 1)
@@ -376,8 +369,7 @@ class Exchange:
         self.spread = applied.spread
         if self.clock.done and applied.distance >= 0 and not applied.clipped:
             rec.distance = applied.distance
-            self.recent_distances.append(applied.distance)
-            self.averages_after_done += 1
+            self.finish.averaged(applied.distance)
         if adopt:
             log.info("started from %s's model (version %d)", peer.node_id, applied.version)
             self.bootstrapped_from = peer.node_id
@@ -423,39 +415,13 @@ class Exchange:
         else:
             log.debug("exchange with %s skipped: %s", peer.node_id, error)
 
-    async def evaluate_agreed(self, reached: bool) -> None:
-        """On reaching agreement, ask the worker for the test-set figures of the model it now
-        holds, the one every node ends with. Why: the worker evaluates when its training ends,
-        before the consensus finish's averages; on skewed shards that figure (status, metrics,
-        log) was the node's own drifted model, 10-15 points under the agreed one. Asked once a
-        time agreement is reached after averages the last figure did not see (a node alone, or
-        with ``consensus_tolerance = 0``, averages nothing after training: its figure stands)."""
-        if reached and not self.agreed and self.averages_after_done > self.evaluated_after:
-            try:
-                await self.worker.send(Evaluate(consensus=True))
-            except (ConnectionError, OSError):
-                return  # no worker now (restarting): asked again on the next look
-            self.evaluated_after = self.averages_after_done
-        self.agreed = reached
-
     def consensus(self) -> dict[str, Any]:
-        """Whether training is over and our model is within tolerance of the peers we average
-        with: the last CONSENSUS_WINDOW averages since training ended, and the last one with
-        every alive peer measured so far (peers left out or dead do not count). A node averages
-        only with the peers its selection graph gives it (two of three in a 4-node exponential
-        graph), and agreement along the graph's edges is agreement of all: so not every peer
-        needs a measurement."""
-        tol = self.cfg.exchange.consensus_tolerance
+        """Agreement after training (daemon/consensus.py), with the peers we average with now;
+        a peer whose model we clip (poisoned, or far off) is not one to agree with."""
         peers = self.candidates()
-        # a peer whose model we clip (poisoned, or far off) is not one to agree with
         known = [d for p in peers if p.node_id in self.peers and not self.peers[p.node_id].last_clipped
                  and (d := self.peers[p.node_id].distance) is not None]
-        worst = max(known) if known else None
-        recent = list(self.recent_distances)
-        reached = self.clock.done and (tol <= 0 or not peers or (  # alone: nobody to agree with
-            len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol))
-        self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
-        return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": len(peers)}
+        return self.finish.status(self.clock.done, len(peers), known)
 
     def status(self) -> dict[str, Any]:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
