@@ -5,6 +5,9 @@ same with real torch workers on skewed shards."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from daemon_util import metrics_text, sample_value
 from nodes import STUB, NodeProc, wait_for
@@ -31,6 +34,11 @@ def test_agreement_brings_an_evaluation_of_the_agreed_model(cluster) -> None:
         assert sample_value(metrics_text(n.addr), "p2pnode_test_accuracy_ratio") == pytest.approx(t["accuracy"])
         assert "the model agreed on (consensus finish)" in n.log_path.read_text()
         assert n.status()["exchanges"]["done"] > 0
+    # and p2pnode status, as an operator reads it
+    shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", a.addr], capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "(the model agreed on: consensus finish)" in shown.stdout, shown.stdout
 
 
 @pytest.mark.timeout(60)
