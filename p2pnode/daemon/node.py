@@ -339,6 +339,12 @@ class Node:
                 # the simple protocol takes any member list and any leave it is sent (MEMBERSHIP.md)
                 log.warning("membership.protocol = simple without a secret: any host can add members or "
                             "mark one left; use it only on a trusted network, or use swim (the default)")
+            if self.cfg.exchange.sync:
+                # the member with the lowest id reduces, a member chooses its id, and every node
+                # steps along the mean the reducer answers: a stranger could become the reducer
+                log.warning("exchange.sync = %s without a secret: any host that joins can take the lowest id "
+                            "and answer every node's step; use it only among machines you run, with "
+                            "node.secret_file (docs/ALGORITHMS.md)", self.cfg.exchange.sync)
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
