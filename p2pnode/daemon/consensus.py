@@ -59,8 +59,8 @@ class ConsensusFinish:
         before the consensus finish's averages, so that figure (status, metrics, log) was of
         the node's own model as its shard left it: 0.1-0.6 pt off the agreed one with the
         defaults on skewed shards, 11 points with one class a node (docs/BENCHMARKS.md,
-        "The figure after the consensus finish"). Asked once each time
-        agreement is reached after averages the last figure did not see (a node alone, or with
+        "The figure after the consensus finish"). Asked once each time agreement is reached
+        after averages the last figure did not see (a node alone, or with
         ``consensus_tolerance = 0``, averages nothing after training: its figure stands)."""
         if reached and not self.agreed and self.averages_after_done > self.evaluated_after:
             try:
