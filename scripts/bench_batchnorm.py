@@ -4,8 +4,9 @@ evaluation (``training.bn_refresh``), and one daemon alone on all the data for r
 
 The data: benchlib.testdata.write_image_folders (noise with a red, green or blue square; 90
 training and 30 test images a class); each node of three holds a third of the training images.
-Printed per variant and run: each node's evaluations (every 20 steps and the final one), its
-training loss (the worker's moving average) and its test loss at the end. The three-node rows
+Printed per variant and run: each node's evaluations (every 20 steps and the one at the end of
+training), in gossip the agreed model's after the consensus finish, its training loss (the
+worker's moving average) and its test loss at the end. The three-node rows
 also show what the default sparse publish costs such a model, against dense float32 copies.
 
     .venv/bin/python scripts/bench_batchnorm.py [--variants refresh no-refresh ...] [--repeat N] [--write] [--jsonl F]
@@ -72,13 +73,19 @@ def run(name: str, photos: Path, work: Path) -> dict[str, Any]:
         for node in nodes:
             wait_for(lambda node=node: (t := node.status()["training"])["done"] and t["eval_step"] >= STEPS,
                      600, f"{node.name} to finish")
+        if n > 1 and not any(s.startswith("exchange.sync=") for s in sets):
+            # gossip: the consensus finish, then the agreed model's evaluation (the figure at the
+            # end of training is of each node's model before the finish's averages)
+            for node in nodes:
+                wait_for(lambda node=node: node.status()["training"]["eval_consensus"], 180,
+                         f"{node.name} to evaluate the agreed model")
         rows = []
         for node in nodes:
             t = node.status()["training"]
-            evals = [float(line.split("accuracy")[1].split()[0]) for line in node.log().splitlines()
-                     if "test accuracy" in line]
-            rows.append({"node": node.name, "evals": evals, "final": t["accuracy"], "loss": t["loss"],
-                         "test_loss": t.get("test_loss")})
+            lines = [line for line in node.log().splitlines() if "test accuracy" in line]
+            evals = [float(line.split("accuracy")[1].split()[0]) for line in lines if "agreed on" not in line]
+            rows.append({"node": node.name, "evals": evals, "end": evals[-1], "final": t["accuracy"],
+                         "agreed": t["eval_consensus"], "loss": t["loss"], "test_loss": t.get("test_loss")})
     finally:
         for node in nodes:
             node.stop()
@@ -109,18 +116,19 @@ def main() -> None:
             append_jsonl(args.jsonl, res)
             out.append(res)
             finals = [row["final"] for row in res["rows"]]
-            print(f"{name} (run {r}): final {finals}, training loss {[round(x['loss'], 3) for x in res['rows']]}",
-                  flush=True)
+            print(f"{name} (run {r}): end of training {[row['end'] for row in res['rows']]}, final {finals}, "
+                  f"training loss {[round(x['loss'], 3) for x in res['rows']]}", flush=True)
     lines = []
     for res in out:
         rows = res["rows"]
         lines.append([f"{res['variant']} ({res['nodes']} node{'s' * (res['nodes'] > 1)})", res["repeat"],
-                      " / ".join(fmt(r["final"]) for r in rows),
+                      " / ".join(fmt(r["end"]) for r in rows),
+                      " / ".join(fmt(r["final"]) for r in rows) if rows[0]["agreed"] else "–",
                       " ".join(fmt(v) for v in rows[0]["evals"][:-1]),
                       " / ".join(fmt(r["loss"]) for r in rows), " / ".join(fmt(r["test_loss"]) for r in rows),
                       fmt(statistics.median(r["final"] for r in rows))])
-    text = table(["variant", "run", "final accuracy, each node", "first node's evaluations, steps 20–180",
-                  "training loss", "test loss", "median"], lines, "llrlrrr")
+    text = table(["variant", "run", "end of training, each node", "agreed model (consensus finish), each node",
+                  "first node's evaluations, steps 20–180", "training loss", "test loss", "median"], lines, "llrrlrrr")
     settings = " ".join(f"--set {s}" for s in common(Path("PHOTOS")))
     section = (f"{SECTION}\n\n`{command_line()}`; {machine()}.\n\nEvery variant: {settings}; "
                + "; ".join(f"`{k}`: {' '.join(v[1]) or 'nothing more'}" for k, v in VARIANTS.items()
