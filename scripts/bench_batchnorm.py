@@ -35,6 +35,10 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
     "refresh": (3, []),  # the defaults: training.bn_refresh = 16
     "no-refresh": (3, ["training.bn_refresh=0"]),
     "dense-refresh": (3, ["compression.publish=topk:density=1.0", "compression.value_dtype=float32"]),
+    # which half of "dense" matters: the density, or float32 values instead of int8
+    "f32-refresh": (3, ["compression.value_dtype=float32"]),
+    "dense-int8-refresh": (3, ["compression.publish=topk:density=1.0"]),
+    "d0.3-refresh": (3, ["compression.publish=topk:density=0.3"]),
     "dense-no-refresh": (3, ["compression.publish=topk:density=1.0", "compression.value_dtype=float32",
                              "training.bn_refresh=0"]),
     "lr0.1-refresh": (3, ["training.lr=0.1", "training.lr_schedule=constant"]),
@@ -81,11 +85,13 @@ def run(name: str, photos: Path, work: Path) -> dict[str, Any]:
                          f"{node.name} to evaluate the agreed model")
         rows = []
         for node in nodes:
-            t = node.status()["training"]
+            s = node.status()
+            t = s["training"]
             lines = [line for line in node.log().splitlines() if "test accuracy" in line]
             evals = [float(line.split("accuracy")[1].split()[0]) for line in lines if "agreed on" not in line]
             rows.append({"node": node.name, "evals": evals, "end": evals[-1], "final": t["accuracy"],
-                         "agreed": t["eval_consensus"], "loss": t["loss"], "test_loss": t.get("test_loss")})
+                         "agreed": t["eval_consensus"], "loss": t["loss"], "test_loss": t.get("test_loss"),
+                         "received": s["bytes"].get("model_received", 0)})
     finally:
         for node in nodes:
             node.stop()
@@ -126,9 +132,11 @@ def main() -> None:
                       " / ".join(fmt(r["final"]) for r in rows) if rows[0]["agreed"] else "–",
                       " ".join(fmt(v) for v in rows[0]["evals"][:-1]),
                       " / ".join(fmt(r["loss"]) for r in rows), " / ".join(fmt(r["test_loss"]) for r in rows),
-                      fmt(statistics.median(r["final"] for r in rows))])
+                      fmt(statistics.median(r["final"] for r in rows)),
+                      f"{sum(r['received'] for r in rows) / 1e6:.0f}"])
     text = table(["variant", "run", "end of training, each node", "agreed model (consensus finish), each node",
-                  "first node's evaluations, steps 20–180", "training loss", "test loss", "median"], lines, "llrrlrrr")
+                  "first node's evaluations, steps 20–180", "training loss", "test loss", "median",
+                  "model MB received, all nodes"], lines, "llrrlrrrr")
     settings = " ".join(f"--set {s}" for s in common(Path("PHOTOS")))
     section = (f"{SECTION}\n\n`{command_line()}`; {machine()}.\n\nEvery variant: {settings}; "
                + "; ".join(f"`{k}`: {' '.join(v[1]) or 'nothing more'}" for k, v in VARIANTS.items()
