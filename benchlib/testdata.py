@@ -77,3 +77,21 @@ def write_image_folders(root: Path, train: int, val: int) -> Path:
                 img[y:y + 12, x:x + 12] = np.array(rgb) + rng.normal(0, 25, (12, 12, 3))
                 Image.fromarray(np.clip(img, 0, 255).astype(np.uint8)).save(folder / f"{i:03d}.png")
     return root
+
+
+def write_fashion_folders(root: Path, train: int, val: int) -> Path:
+    """``root/{train,val}/{0..9}/NNNN.png``: the first ``train`` (``val``) Fashion-MNIST images
+    of each class from its training (test) set, as an ImageFolder tree: real images for
+    ``training.task = "imagefolder"`` (scripts/bench_batchnorm.py --data fashion)."""
+    from PIL import Image
+
+    raw = prepare_fashion_mnist() / "FashionMNIST" / "raw"
+    for split, prefix, n in (("train", "train", train), ("val", "t10k", val)):
+        pixels = read_idx(raw / f"{prefix}-images-idx3-ubyte", 3)
+        labels = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1)
+        for c in range(10):
+            folder = root / split / str(c)
+            folder.mkdir(parents=True)
+            for i, at in enumerate(np.flatnonzero(labels == c)[:n]):
+                Image.fromarray(pixels[at]).convert("RGB").save(folder / f"{i:04d}.png")
+    return root

@@ -3,7 +3,9 @@ every block) on an image-folder task, with and without the statistics recomputed
 evaluation (``training.bn_refresh``), and one daemon alone on all the data for reference.
 
 The data: benchlib.testdata.write_image_folders (noise with a red, green or blue square; 90
-training and 30 test images a class); each node of three holds a third of the training images.
+training and 30 test images a class), or with ``--data fashion`` write_fashion_folders (300
+training and 100 test images of each Fashion-MNIST class); each node of three holds a third of
+the training images.
 Printed per variant and run: each node's evaluations (every 20 steps and the one at the end of
 training), in gossip the agreed model's after the consensus finish, its training loss (the
 worker's moving average) and its test loss at the end. The three-node rows
@@ -24,7 +26,7 @@ from typing import Any
 from benchlib.cluster import NodeProc
 from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
 from benchlib.status import wait_for
-from benchlib.testdata import write_image_folders
+from benchlib.testdata import write_fashion_folders, write_image_folders
 
 SECTION = "## BatchNorm after averaging"
 STEPS = 180
@@ -107,13 +109,20 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["alone", "no-refresh", "refresh", "dense-no-refresh",
                                                       "dense-refresh"], choices=list(VARIANTS))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--data", choices=("squares", "fashion"), default="squares",
+                    help="squares: 3 classes of coloured squares in noise, 90 training images each (the "
+                         "image-folder test's data); fashion: Fashion-MNIST, 300 training and 100 test "
+                         "images of each of its 10 classes")
     ap.add_argument("--workdir", type=Path, default=None, help="where the nodes' state goes (default: a temp dir)")
     add_output_args(ap, SECTION)
     args = ap.parse_args()
     base = args.workdir or Path(tempfile.mkdtemp(prefix="bench-bn-"))
-    photos = base / "photos"
+    photos = base / ("photos" if args.data == "squares" else "fashion")
     if not photos.exists():
-        write_image_folders(photos, 90, 30)
+        if args.data == "squares":
+            write_image_folders(photos, 90, 30)
+        else:
+            write_fashion_folders(photos, 300, 100)
     out = []
     for r in range(args.repeat):
         for name in args.variants:
