@@ -58,6 +58,9 @@ class Hello(Message):
     params: int
     #: training samples per class in this node's shard (its partition), for status
     classes: list[int] = dataclasses.field(default_factory=list)
+    #: BatchNorm layers in the model (0: none): gossip's default sparse copies suit such a model
+    #: badly, and the daemon says so (supervisor.py)
+    batchnorm: int = 0
 
 
 @dataclass

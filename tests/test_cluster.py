@@ -27,6 +27,8 @@ def test_three_nodes_train_survive_kill_and_resume(cluster) -> None:
 
     # Joiners with no checkpoint start from a live peer's model; the first node has nobody to copy.
     assert a.status()["bootstrapped_from"] is None
+    # the built-in CNN has no BatchNorm: no advice about it
+    assert a.status()["training"]["batchnorm_layers"] == 0 and "BatchNorm layers" not in a.log()
     for n in (b, c):
         wait_for(lambda n=n: n.status()["bootstrapped_from"] in set(ids.values()) - {ids[n.name]}, 20,
                  f"{n.name} to start from a peer's model")

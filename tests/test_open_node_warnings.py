@@ -21,6 +21,7 @@ def test_an_open_node_warns_and_simple_membership_warns_twice(cluster) -> None:
         wait_for(lambda node=node: "no cluster secret" in node.log(), 10, f"{node.name}'s open-node warning")
     assert SIMPLE_WARNING in simple.log()
     assert SIMPLE_WARNING not in swim.log()
+    assert "exchange.sync" not in swim.log()  # gossip: no reducer to take
 
 
 def test_the_synchronous_mode_without_a_secret_warns(cluster, tmp_path) -> None:

@@ -65,6 +65,10 @@ def test_three_nodes_train_a_torchvision_model_on_image_folders(cluster: Start, 
     for n in nodes:
         t = n.status()["training"]
         assert t["fingerprint"].startswith("imagefolder:shufflenet_v2_x0_5@") and sum(t["classes"]) == 90, t
+        # a BatchNorm model in gossip mode under the default copies: the node says what measured better
+        assert t["batchnorm_layers"] > 0, t
+        wait_for(lambda n=n: "BatchNorm layers: under gossip's default sparse copies" in n.log(), 10,
+                 f"{n.name}'s advice on its BatchNorm model")
     first: dict[str, float] = {}
     for n in nodes:  # the first evaluation each node reports (step 20: a few batches in)
         first[n.name] = wait_for(lambda n=n: n.status()["training"]["accuracy"], 120, f"{n.name} to evaluate")

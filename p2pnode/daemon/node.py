@@ -339,7 +339,7 @@ class Node:
                 # the simple protocol takes any member list and any leave it is sent (MEMBERSHIP.md)
                 log.warning("membership.protocol = simple without a secret: any host can add members or "
                             "mark one left; use it only on a trusted network, or use swim (the default)")
-            if self.cfg.exchange.sync:
+            if self.cfg.exchange.sync != "none":
                 # the member with the lowest id reduces, a member chooses its id, and every node
                 # steps along the mean the reducer answers: a stranger could become the reducer
                 log.warning("exchange.sync = %s without a secret: any host that joins can take the lowest id "

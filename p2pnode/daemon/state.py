@@ -47,6 +47,8 @@ class TrainingState:
     params: int = 0
     #: samples per class in this node's shard (training.partition)
     classes: list[int] = field(default_factory=list)
+    #: BatchNorm layers in the model (Hello)
+    batchnorm_layers: int = 0
     fingerprint: str = ""
     epoch: str = ""
     resumed: bool = False

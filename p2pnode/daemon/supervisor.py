@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from p2pnode import worker as worker_process
-from p2pnode.config import Config
+from p2pnode.config import CompressionConfig, Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import ModelSource, StepClock, TrainingState
@@ -63,6 +63,7 @@ class WorkerSupervisor:
         self._proc: mp.process.BaseProcess | None = None
         self._stopping = False
         self._consuming = False  # run() is reading the worker's messages
+        self._advised_batchnorm = False  # the BatchNorm advice is logged once a daemon life
         #: where messages this supervisor does not route go (a role's own, p2pnode/ps/); None: dropped
         self.on_message: Callable[[Message], Awaitable[None]] | None = None
         #: training.min_peers was met (or waited out): every worker life is told Begin
@@ -189,6 +190,21 @@ class WorkerSupervisor:
         self.metrics.published_bytes.inc(len(msg.delta))
         self.model.changed()
 
+    def _advise_batchnorm(self, layers: int) -> None:
+        """Once a daemon life: a BatchNorm model in gossip mode under the default sparse copies
+        learned far slower than one machine (docs/BENCHMARKS.md, "The same on real images":
+        0.24-0.36 against 0.66 on Fashion-MNIST; denser copies 0.43-0.62, the synchronous mode
+        0.73), so the operator is told what measured better, as for skewed labels."""
+        cfg = self.cfg
+        if (not layers or self._advised_batchnorm or cfg.exchange.sync != "none" or cfg.node.role != "peer"
+                or cfg.compression.publish != CompressionConfig().publish):  # a choice made: theirs
+            return
+        self._advised_batchnorm = True
+        log.warning("the model has %d BatchNorm layers: under gossip's default sparse copies such a model "
+                    "learned far slower than on one machine; denser copies (compression.publish = "
+                    "\"topk:density=0.3\") or, among machines you run, exchange.sync = \"powersgd\" learned "
+                    "it much better (docs/TASKS.md)", layers)
+
     async def _on_hello(self, msg: Hello) -> None:
         s = self.state
         snap = await asyncio.to_thread(decode, msg.snapshot, None, len(msg.snapshot))
@@ -203,6 +219,8 @@ class WorkerSupervisor:
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
         s.classes = list(msg.classes)
+        s.batchnorm_layers = msg.batchnorm
+        self._advise_batchnorm(msg.batchnorm)
         self.metrics.published_version.set(msg.version)
         await self.clock.tick()  # a new life: the exchange forgets its replica versions
         log.info("worker ready: %d parameters, step %d%s, public version %d, epoch %s", msg.params, msg.step,

@@ -47,6 +47,7 @@ from p2pnode.wire.payload import ArchitectureMismatch, ModelSpec, NonFiniteError
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.allreduce import AllReduce
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
+from p2pnode.worker.batchnorm import batchnorm_layers
 from p2pnode.worker.outer import OuterNesterov
 from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
@@ -117,7 +118,8 @@ class Worker:
         self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
                           step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
                           resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters()),
-                          classes=histogram(t.train_split.labels.numpy(), int(getattr(t.task, "num_classes", 0)))))
+                          classes=histogram(t.train_split.labels.numpy(), int(getattr(t.task, "num_classes", 0))),
+                          batchnorm=len(batchnorm_layers(t.model))))
         self.finished_before()
 
     def finished_before(self) -> None:
