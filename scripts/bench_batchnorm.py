@@ -29,6 +29,7 @@ from benchlib.status import wait_for
 from benchlib.testdata import write_fashion_folders, write_image_folders
 
 SECTION = "## BatchNorm after averaging"
+#: training steps of every node (--steps)
 STEPS = 180
 
 #: name -> (nodes, --set options beyond COMMON)
@@ -105,10 +106,12 @@ def fmt(x: float | None) -> str:
 
 
 def main() -> None:
+    global STEPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", nargs="+", default=["alone", "no-refresh", "refresh", "dense-no-refresh",
                                                       "dense-refresh"], choices=list(VARIANTS))
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=STEPS, help="training steps of 16 images each node takes")
     ap.add_argument("--data", choices=("squares", "fashion"), default="squares",
                     help="squares: 3 classes of coloured squares in noise, 90 training images each (the "
                          "image-folder test's data); fashion: Fashion-MNIST, 300 training and 100 test "
@@ -116,6 +119,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="where the nodes' state goes (default: a temp dir)")
     add_output_args(ap, SECTION)
     args = ap.parse_args()
+    STEPS = args.steps
     base = args.workdir or Path(tempfile.mkdtemp(prefix="bench-bn-"))
     photos = base / ("photos" if args.data == "squares" else "fashion")
     if not photos.exists():
@@ -144,7 +148,7 @@ def main() -> None:
                       fmt(statistics.median(r["final"] for r in rows)),
                       f"{sum(r['received'] for r in rows) / 1e6:.0f}"])
     text = table(["variant", "run", "end of training, each node", "agreed model (consensus finish), each node",
-                  "first node's evaluations, steps 20–180", "training loss", "test loss", "median",
+                  f"first node's evaluations, steps 20–{STEPS}", "training loss", "test loss", "median",
                   "model MB received, all nodes"], lines, "llrrlrrrr")
     settings = " ".join(f"--set {s}" for s in common(Path("PHOTOS")))
     section = (f"{SECTION}\n\n`{command_line()}`; {machine()}.\n\nEvery variant: {settings}; "
