@@ -55,17 +55,17 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {
 }
 
 
-def common(photos: Path) -> list[str]:
+def common(photos: Path, steps: int = STEPS) -> list[str]:
     return ["training.task=imagefolder", f"task.root={photos}", "task.model=shufflenet_v2_x0_5",
             "task.image_size=32", "task.augment=false", "training.device=cpu", "training.batch_size=16",
             "training.lr=0.03", "training.lr_schedule=cosine", "training.warmup_samples=0",
-            f"training.max_samples={16 * STEPS}", "training.eval_every=20", "training.eval_samples=0",
+            f"training.max_samples={16 * steps}", "training.eval_every=20", "training.eval_samples=0",
             "exchange.timeout=1.0", "membership.gossip_interval=0.3", "membership.timeout=0.5"]
 
 
-def run(name: str, photos: Path, work: Path) -> dict[str, Any]:
+def run(name: str, photos: Path, work: Path, steps: int = STEPS) -> dict[str, Any]:
     n, sets = VARIANTS[name]
-    opts = [*common(photos), *sets]
+    opts = [*common(photos, steps), *sets]
 
     def args(i: int) -> list[str]:
         return [x for s in opts for x in ("--set", s)] + ["--shard", f"{i}/{n}"]
@@ -78,7 +78,7 @@ def run(name: str, photos: Path, work: Path) -> dict[str, Any]:
         for node in nodes:
             node.wait_ready(120)
         for node in nodes:
-            wait_for(lambda node=node: (t := node.status()["training"])["done"] and t["eval_step"] >= STEPS,
+            wait_for(lambda node=node: (t := node.status()["training"])["done"] and t["eval_step"] >= steps,
                      600, f"{node.name} to finish")
         if n > 1 and not any(s.startswith("exchange.sync=") for s in sets):
             # gossip: the consensus finish, then the agreed model's evaluation (the figure at the
@@ -106,7 +106,6 @@ def fmt(x: float | None) -> str:
 
 
 def main() -> None:
-    global STEPS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variants", nargs="+", default=["alone", "no-refresh", "refresh", "dense-no-refresh",
                                                       "dense-refresh"], choices=list(VARIANTS))
@@ -119,7 +118,6 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None, help="where the nodes' state goes (default: a temp dir)")
     add_output_args(ap, SECTION)
     args = ap.parse_args()
-    STEPS = args.steps
     base = args.workdir or Path(tempfile.mkdtemp(prefix="bench-bn-"))
     photos = base / ("photos" if args.data == "squares" else "fashion")
     if not photos.exists():
@@ -130,7 +128,7 @@ def main() -> None:
     out = []
     for r in range(args.repeat):
         for name in args.variants:
-            res = run(name, photos, base / f"{name}-{r}")
+            res = run(name, photos, base / f"{name}-{r}", args.steps)
             res["repeat"] = r
             append_jsonl(args.jsonl, res)
             out.append(res)
@@ -148,9 +146,9 @@ def main() -> None:
                       fmt(statistics.median(r["final"] for r in rows)),
                       f"{sum(r['received'] for r in rows) / 1e6:.0f}"])
     text = table(["variant", "run", "end of training, each node", "agreed model (consensus finish), each node",
-                  f"first node's evaluations, steps 20–{STEPS}", "training loss", "test loss", "median",
+                  f"first node's evaluations, steps 20–{args.steps}", "training loss", "test loss", "median",
                   "model MB received, all nodes"], lines, "llrrlrrrr")
-    settings = " ".join(f"--set {s}" for s in common(Path("PHOTOS")))
+    settings = " ".join(f"--set {s}" for s in common(Path("PHOTOS"), args.steps))
     section = (f"{SECTION}\n\n`{command_line()}`; {machine()}.\n\nEvery variant: {settings}; "
                + "; ".join(f"`{k}`: {' '.join(v[1]) or 'nothing more'}" for k, v in VARIANTS.items()
                            if k in args.variants) + ".\n\n" + text + "\n")

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import torch
 
+import bench_batchnorm  # its ShuffleNet settings, so that the lag is that of the bench's nodes
 from benchlib.testdata import write_image_folders
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
+from p2pnode.config.load import set_option
 from p2pnode.wire.payload import ModelSpec
 from p2pnode.worker.public import DeltaPublisher, floating_state
 from p2pnode.worker.training import ShardTrainer
@@ -33,10 +35,10 @@ def config(model: str) -> Config:
         return Config.from_dict({"training": {"device": "cpu", "max_samples": 64 * 300, "shard": "0/4"}})
     root = Path(tempfile.mkdtemp(prefix="study-lag-")) / "photos"
     write_image_folders(root, 90, 30)
-    return Config.from_dict({
-        "training": {"device": "cpu", "task": "imagefolder", "batch_size": 16, "lr": 0.03, "lr_schedule": "cosine",
-                     "warmup_samples": 0, "max_samples": 16 * 180, "shard": "0/3"},
-        "task": {"root": str(root), "model": "shufflenet_v2_x0_5", "image_size": "32", "augment": "false"}})
+    cfg = Config.from_dict({"training": {"shard": "0/3"}})
+    for option in bench_batchnorm.common(root):
+        set_option(cfg, *option.split("=", 1))
+    return cfg
 
 
 def main() -> None:
