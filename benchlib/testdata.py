@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from p2pnode.data import FASHION_FILES, default_cache_dir, prepare_fashion_mnist, read_idx
+from p2pnode.data import FASHION_FILES, default_cache_dir, fashion_mnist_raw, prepare_fashion_mnist, read_idx
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -85,10 +85,8 @@ def write_fashion_folders(root: Path, train: int, val: int) -> Path:
     ``training.task = "imagefolder"`` (scripts/bench_batchnorm.py --data fashion)."""
     from PIL import Image
 
-    raw = prepare_fashion_mnist() / "FashionMNIST" / "raw"
-    for split, prefix, n in (("train", "train", train), ("val", "t10k", val)):
-        pixels = read_idx(raw / f"{prefix}-images-idx3-ubyte", 3)
-        labels = read_idx(raw / f"{prefix}-labels-idx1-ubyte", 1)
+    for split, is_train, n in (("train", True, train), ("val", False, val)):
+        pixels, labels = fashion_mnist_raw(is_train)
         for c in range(10):
             folder = root / split / str(c)
             folder.mkdir(parents=True)

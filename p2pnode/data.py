@@ -123,10 +123,10 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     return body.reshape(shape)
 
 
-def fashion_mnist(train: bool, source: Path | None = None, cache: Path | None = None) -> Split:
-    """Fashion-MNIST as normalised tensors, offline: uint8 images scaled to [0, 1] and
-    normalised by the training set's mean and std, float32 N x 1 x 28 x 28, int64 labels, in
-    the files' order (what torchvision's ``FashionMNIST`` reader gave; tests/test_cpu_only.py)."""
+def fashion_mnist_raw(train: bool, source: Path | None = None,
+                      cache: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Fashion-MNIST as the files hold it, offline: uint8 images N x 28 x 28 and their labels,
+    checked to match (DataError if they do not)."""
     raw = prepare_fashion_mnist(source, cache) / "FashionMNIST" / "raw"
     prefix = "train" if train else "t10k"
     pixels = read_idx(raw / f"{prefix}-images-idx3-ubyte", 3)
@@ -136,6 +136,14 @@ def fashion_mnist(train: bool, source: Path | None = None, cache: Path | None = 
                         "of 28x28 images")
     if labels.size and int(labels.max()) >= 10:
         raise DataError(f"{raw}: {prefix} label {int(labels.max())} is not one of Fashion-MNIST's 10 classes")
+    return pixels, labels
+
+
+def fashion_mnist(train: bool, source: Path | None = None, cache: Path | None = None) -> Split:
+    """Fashion-MNIST as normalised tensors, offline: uint8 images scaled to [0, 1] and
+    normalised by the training set's mean and std, float32 N x 1 x 28 x 28, int64 labels, in
+    the files' order (what torchvision's ``FashionMNIST`` reader gave; tests/test_cpu_only.py)."""
+    pixels, labels = fashion_mnist_raw(train, source, cache)
     images = torch.from_numpy(pixels).unsqueeze(1).float().div_(255.0).sub_(FASHION_MEAN).div_(FASHION_STD)
     return Split(images.contiguous(), torch.from_numpy(labels).long())
 
