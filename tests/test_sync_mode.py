@@ -103,8 +103,13 @@ def test_a_reducer_not_joined_yet_holds_contributions_until_it_knows_their_sende
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_three_nodes_take_the_same_steps(cluster) -> None:
+    """Every node waited for (``sync_wait_for_slow = always``): under the default, a node that
+    a loaded machine slows for a few steps is rightly left out of rounds and replays them (a
+    reducer even stands down: CI saw one take 13 rounds of 20); what is checked here is that
+    nodes waited for are in every round, not the machine's load (that policy has its own tests)."""
     run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=5", "--set", "training.min_peers=2",
-           "--set", "training.max_samples=1280", "--set", "training.eval_every=0"]
+           "--set", "training.max_samples=1280", "--set", "training.eval_every=0",
+           "--set", "exchange.sync_wait_for_slow=always"]
     nodes, _ = three_nodes(cluster, run)
     a = nodes[0]
     wait_for(lambda: all(finished(n.status()) for n in nodes), 150, "every node done, the final mean taken")
@@ -124,7 +129,7 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
     # data is the others' (shards of one shuffled set: alike; a slow one would not be waited for)
     reducer = max(nodes, key=lambda n: n.status()["sync"]["reduced_here"]).status()["sync"]
     assert len(reducer["unlike"]) == 3 and all(0 <= d < 0.2 for d in reducer["unlike"].values()), reducer
-    assert reducer["wait_for_slow"] == "auto" and reducer["waited_for"] == []
+    assert reducer["wait_for_slow"] == "always" and reducer["resting_until"] == 0  # never stands down
     for n in nodes:
         n.stop()
     models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]
