@@ -33,7 +33,8 @@ from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
-from p2pnode.sync.reducer import MAX_REPLAY, Outcome, Reducer, SyncRefused
+from p2pnode.sync.outcome import Outcome, SyncRefused
+from p2pnode.sync.reducer import MAX_REPLAY, Reducer
 from p2pnode.sync.standdown import REST_ROUNDS
 
 log = logging.getLogger("p2pnode.sync")

@@ -34,6 +34,7 @@ import numpy as np
 
 from p2pnode.sync.lateness import POLICIES, Lateness
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
+from p2pnode.sync.outcome import Outcome, SyncRefused, parse, wire_dtype
 from p2pnode.sync.standdown import StandDown
 
 #: closed phases kept, to answer a late contributor with the means it missed (two a round)
@@ -47,36 +48,6 @@ MAX_MEMBERS = 1024
 IDLE_RESET = 1.0
 
 
-
-class SyncRefused(ValueError):
-    """A contribution that cannot be averaged (bad length, non-finite, malformed)."""
-
-
-@dataclass
-class Outcome:
-    """What a contributor is answered: the phase's mean (float16 bytes), the round, how many
-    nodes it averaged, and whether ours was one of them."""
-
-    round: int
-    data: bytes
-    count: int
-    included: bool
-    #: our Q factors were older than the reducer's: we missed rounds, and our model their steps
-    behind: bool = False
-    #: the rounds we missed, (round, phase-0 mean, phase-1 mean) each, to step along in order
-    #: instead of a step of our own: the model stays the others' (see ``Reducer._replay``)
-    replay: list[tuple[int, bytes, bytes]] = field(default_factory=list)
-    #: the reducer stood down (its own node is slow): take the next lowest id for the rounds
-    #: before this one (0: it did not)
-    step_down: int = 0
-    #: phase 0: the others' median step time, seconds (0.0: not known), the pace a slower node
-    #: keeps by training on a part of its batch (``exchange.sync_keep_pace``)
-    pace: float = 0.0
-    #: phase 0: this round's nodes are not the round before's (a node came or went): every node
-    #: leaves its error feedback out of phase 1 (``PowerSync.phase1``)
-    new_group: bool = False
-
-
 @dataclass
 class _Bucket:
     round: int
@@ -87,25 +58,6 @@ class _Bucket:
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
     new_group: bool = False  #: phase 0, closed: its nodes are not the round before's
-
-
-def wire_dtype(phase: int) -> str:
-    """float16 for PowerSGD's factors; float32 for the models after training (the final model
-    is not rounded)."""
-    return "<f4" if phase == FINAL else "<f2"
-
-
-def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndarray:
-    """Little-endian ``dtype`` bytes as float32; SyncRefused unless finite (and ``length`` long)."""
-    size = np.dtype(dtype).itemsize
-    if len(data) == 0 or len(data) % size:
-        raise SyncRefused(f"a contribution is {dtype[1:]}: a non-zero multiple of {size} bytes, not {len(data)}")
-    arr = np.frombuffer(data, dtype=dtype).astype(np.float32)
-    if length is not None and arr.size != length:
-        raise SyncRefused(f"{arr.size} values where this round's other contributions have {length}")
-    if not np.isfinite(arr).all():
-        raise SyncRefused("non-finite values")
-    return arr
 
 
 #: nodes timed beyond the running ones before the others are forgotten (``Lateness.keep_only``,

@@ -10,7 +10,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from p2pnode.sync.reducer import Outcome, Reducer, SyncRefused, parse
+from p2pnode.sync.outcome import Outcome, SyncRefused, parse
+from p2pnode.sync.reducer import Reducer
 
 
 def f16(*values: float) -> bytes:

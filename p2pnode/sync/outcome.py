@@ -1,0 +1,60 @@
+"""What the synchronous mode's reducer is given and answers: a contribution's bytes, checked
+(``parse``: finite float16 of the round's length, or SyncRefused), and the ``Outcome`` every
+contributor gets back. Daemon side, torch-free (numpy): kept apart from ``sync/reducer.py``,
+which holds the rounds, so the actor (``sync/actor.py``) and the tests read these without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from p2pnode.sync.messages import FINAL
+
+
+class SyncRefused(ValueError):
+    """A contribution that cannot be averaged (bad length, non-finite, malformed)."""
+
+
+@dataclass
+class Outcome:
+    """What a contributor is answered: the phase's mean (float16 bytes), the round, how many
+    nodes it averaged, and whether ours was one of them."""
+
+    round: int
+    data: bytes
+    count: int
+    included: bool
+    #: our Q factors were older than the reducer's: we missed rounds, and our model their steps
+    behind: bool = False
+    #: the rounds we missed, (round, phase-0 mean, phase-1 mean) each, to step along in order
+    #: instead of a step of our own: the model stays the others' (see ``Reducer._replay``)
+    replay: list[tuple[int, bytes, bytes]] = field(default_factory=list)
+    #: the reducer stood down (its own node is slow): take the next lowest id for the rounds
+    #: before this one (0: it did not)
+    step_down: int = 0
+    #: phase 0: the others' median step time, seconds (0.0: not known), the pace a slower node
+    #: keeps by training on a part of its batch (``exchange.sync_keep_pace``)
+    pace: float = 0.0
+    #: phase 0: this round's nodes are not the round before's (a node came or went): every node
+    #: leaves its error feedback out of phase 1 (``PowerSync.phase1``)
+    new_group: bool = False
+
+
+def wire_dtype(phase: int) -> str:
+    """float16 for PowerSGD's factors; float32 for the models after training (the final model
+    is not rounded)."""
+    return "<f4" if phase == FINAL else "<f2"
+
+
+def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndarray:
+    """Little-endian ``dtype`` bytes as float32; SyncRefused unless finite (and ``length`` long)."""
+    size = np.dtype(dtype).itemsize
+    if len(data) == 0 or len(data) % size:
+        raise SyncRefused(f"a contribution is {dtype[1:]}: a non-zero multiple of {size} bytes, not {len(data)}")
+    arr = np.frombuffer(data, dtype=dtype).astype(np.float32)
+    if length is not None and arr.size != length:
+        raise SyncRefused(f"{arr.size} values where this round's other contributions have {length}")
+    if not np.isfinite(arr).all():
+        raise SyncRefused("non-finite values")
+    return arr
