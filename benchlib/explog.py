@@ -20,6 +20,8 @@ NAMES = {"single": "single process", "ps": "parameter server (p2pnode ps)",
          "ddp": "DDP (gloo)", "hivemind": "hivemind", "p2p-paper": "p2pnode, the paper's settings",
          "p2p-defaults": "p2pnode defaults"}
 ORDER = list(NAMES)
+#: the test accuracies marked on the accuracy-against-time figures (the tables give the times to reach them)
+TARGETS = (0.85, 0.88)
 
 
 @dataclass
@@ -153,3 +155,10 @@ def load(path: Path) -> Log:
             run = runs.setdefault(rec["run"], Run(rec["run"], rec["system"], rec["cond"]))
             run.result = rec
     return Log(meta, ratio, runs, conds, ends)
+
+
+def label(r: Run, cond: str) -> str:
+    """A run's row name in ``cond``: its system, and where a run of another condition stands in
+    (a system the condition did not run: nothing of it is capped there), which one."""
+    name = NAMES.get(r.system, r.system)
+    return name if r.cond == cond or r.system == "single" else f"{name} (its {r.cond} run)"

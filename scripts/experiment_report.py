@@ -23,7 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib.explog import NAMES, ORDER, Log, Run, load
+from benchlib.expfigures import figures
+from benchlib.explog import NAMES, ORDER, Log, Run, label, load
 from benchlib.results import table
 
 #: the paper's figures (Cui 2019, Section IV): VGG-19 on CIFAR-10, 4 workers, 300 Mbit/s
@@ -33,7 +34,6 @@ PAPER: dict[str, dict[str, Any]] = {
     "train": {"decentralised": [86.7, 92.2, 95.3, 94.5], "parameter server": [96.7], "single": [96.5]},
     "test": {"decentralised": [79.9, 79.6, 79.8, 79.8], "parameter server": [79.5], "single": [83.8]},
 }
-TARGETS = (0.85, 0.88)
 #: the parameter servers a goal is judged against, each that ran
 SERVERS = ("ps", "ps-m09", "ps-m06")
 __all__ = ["NAMES", "report"]
@@ -51,13 +51,6 @@ def secs(v: float | None) -> str:
 def quantile(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))]
-
-
-def label(r: Run, cond: str) -> str:
-    """A run's row name in ``cond``: its system, and where a run of another condition stands in
-    (a system the condition did not run: nothing of it is capped there), which one."""
-    name = NAMES.get(r.system, r.system)
-    return name if r.cond == cond or r.system == "single" else f"{name} (its {r.cond} run)"
 
 
 def value(v: Any) -> str:
@@ -229,71 +222,6 @@ def goals(log: Log) -> str:
                          f"the single process at {pct([single])} (same samples per node): within 1 pt: "
                          f"**{'met' if gap is not None and gap <= 1.0 else 'missed'}**.")
     return "\n".join(lines) or "- no capped condition in this log."
-
-
-def figures(log: Log, outdir: Path) -> list[tuple[Path, str]]:
-    """Every figure as a PNG in ``outdir``; (path, caption) of each."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    outdir.mkdir(parents=True, exist_ok=True)
-    made = []
-    for cond in log.conditions():
-        chosen = [r for r in log.in_cond(cond) if r.samples]
-        if not chosen:
-            continue
-        fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen), 2.8), squeeze=False)
-        for ax, r in zip(axes[0], chosen):
-            b = r.batch_seconds()
-            if b:
-                ax.hist(b, bins=30, color="tab:blue")
-            ax.set_title(label(r, cond), fontsize=8)
-            ax.set_xlabel("seconds per batch", fontsize=8)
-            ax.tick_params(labelsize=7)
-        axes[0][0].set_ylabel("batches", fontsize=8)
-        fig.tight_layout()
-        path = outdir / f"batch_seconds_{cond}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        made.append((path, f"Seconds per batch, {cond} (as the paper's Fig. 6-7)"))
-
-        fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen), 2.8), squeeze=False, sharey=True)
-        for ax, r in zip(axes[0], chosen):
-            for n, pts in sorted(r.samples.items()):
-                xs = [p["samples"] for p in pts if p.get("loss") is not None]
-                ys = [p["loss"] for p in pts if p.get("loss") is not None]
-                if xs:
-                    ax.plot(xs, ys, linewidth=0.7, label=f"node {n}")
-            ax.set_title(label(r, cond), fontsize=8)
-            ax.set_xlabel("samples (per node; the server: all)", fontsize=7)
-            ax.tick_params(labelsize=7)
-        axes[0][0].set_ylabel("training loss", fontsize=8)
-        axes[0][-1].legend(fontsize=6)
-        fig.tight_layout()
-        path = outdir / f"loss_{cond}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        made.append((path, f"Training loss per node, {cond} (as the paper's Fig. 8-10)"))
-
-        fig, ax = plt.subplots(figsize=(6.4, 3.6))
-        for r in chosen:
-            curve = r.accuracy_curve()
-            if curve:
-                ax.plot([c[0] for c in curve], [100 * c[1] for c in curve], label=label(r, cond))
-        for target in TARGETS:
-            ax.axhline(100 * target, color="grey", linewidth=0.5, linestyle=":")
-        ax.set_xlabel("seconds since the first training step")
-        ax.set_ylabel("test accuracy (%)")
-        ax.set_title(f"Test accuracy against wall time, {cond}", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = outdir / f"accuracy_{cond}.png"
-        fig.savefig(path, dpi=80)
-        plt.close(fig)
-        made.append((path, f"Test accuracy against wall time, every system, {cond}"))
-    return made
 
 
 def last_line(failed: Any) -> str:
