@@ -61,6 +61,14 @@ class Topology:
         self.host_ip = f"{subnet}.254"
         self.cuts: list[tuple[int, str]] = []  # (namespace, blackholed address) of a partition
 
+    def link_bytes(self) -> list[int]:
+        """Bytes each namespace's link has carried so far, both ways (the host veth end's counters)."""
+        out = []
+        for veth in self.veth:
+            stats = Path(f"/sys/class/net/{veth}/statistics")
+            out.append(int((stats / "rx_bytes").read_text()) + int((stats / "tx_bytes").read_text()))
+        return out
+
     def up(self) -> Topology:
         self.down()  # leftovers of an interrupted run
         sh("ip", "link", "add", self.bridge, "type", "bridge")

@@ -12,6 +12,7 @@ model. Loads torch: for trainer processes.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,27 @@ def evaluate(model: Any, split: Any, limit: int = 0) -> float:
             correct += int((out.argmax(1) == split.labels[i:min(n, i + 1000)]).sum())
     model.train(was)
     return correct / max(1, n)
+
+
+def evaluate_checkpoints(train_images: int, dirs: list[Path | None]) -> list[dict[str, float | None]]:
+    """Each final model (the built-in CNN) on the 10 000 test images and the first
+    ``train_images`` training images (None: a model that stands for nothing, as a parameter
+    server's workers' copies). Every core: nothing else of the experiment runs meanwhile."""
+    import torch
+
+    from p2pnode.checkpoint import CHECKPOINT_NAME, load
+    from p2pnode.data import fashion_mnist
+    from p2pnode.models import build_model
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    test, train = fashion_mnist(False), fashion_mnist(True)
+    model = build_model("cnn")
+    out: list[dict[str, float | None]] = []
+    for d in dirs:
+        state = load(d / CHECKPOINT_NAME) if d is not None else None
+        if state is None:
+            out.append({"test_acc": None, "train_acc": None})
+            continue
+        model.load_state_dict(state["model"])
+        out.append({"test_acc": evaluate(model, test), "train_acc": evaluate(model, train, train_images)})
+    return out

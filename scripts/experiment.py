@@ -64,6 +64,7 @@ from benchlib.hivemind_run import unavailable as hivemind_unavailable
 from benchlib.netns import Topology, unavailable
 from benchlib.ratio import MEASURED, measure
 from benchlib.results import append_jsonl, command_line, machine
+from benchlib.steplog import evaluate_checkpoints
 
 NODES = 4
 #: the full run's log (``scripts/experiment.py`` with no flags writes it, then docs/EXPERIMENTS.md)
@@ -173,42 +174,6 @@ def log_sample(log: Path, run: str, node: int, t: float, step: int, samples: int
                        "samples": samples, "loss": loss, "acc": acc})
 
 
-def link_bytes(topo: Topology | None) -> list[int]:
-    """Bytes each namespace's link carried so far, both ways (empty on loopback)."""
-    if topo is None:
-        return []
-    out = []
-    for veth in topo.veth:
-        stats = Path(f"/sys/class/net/{veth}/statistics")
-        out.append(int((stats / "rx_bytes").read_text()) + int((stats / "tx_bytes").read_text()))
-    return out
-
-
-def evaluate_checkpoints(dirs: list[Path | None]) -> list[dict[str, float | None]]:
-    """Each final model on the 10 000 test images and the first TRAIN_IMAGES training images
-    (None: a model that stands for nothing, as a parameter server's workers' copies). Every core:
-    nothing else of the experiment runs meanwhile."""
-    import torch
-
-    from benchlib.steplog import evaluate
-    from p2pnode.checkpoint import CHECKPOINT_NAME, load
-    from p2pnode.data import fashion_mnist
-    from p2pnode.models import build_model
-
-    torch.set_num_threads(os.cpu_count() or 1)
-    test, train = fashion_mnist(False), fashion_mnist(True)
-    model = build_model("cnn")
-    out: list[dict[str, float | None]] = []
-    for d in dirs:
-        state = load(d / CHECKPOINT_NAME) if d is not None else None
-        if state is None:
-            out.append({"test_acc": None, "train_acc": None})
-            continue
-        model.load_state_dict(state["model"])
-        out.append({"test_acc": evaluate(model, test), "train_acc": evaluate(model, train, TRAIN_IMAGES)})
-    return out
-
-
 def loads() -> list[float]:
     """The 1, 5 and 15 minute load averages now."""
     return [round(v, 2) for v in os.getloadavg()]
@@ -237,7 +202,7 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
                                "--set", f"training.eval_every={every}"]
     root = Path(args.workdir) / run
     shutil.rmtree(root, ignore_errors=True)
-    before = link_bytes(topo)
+    before = topo.link_bytes() if topo is not None else []
     cluster = Cluster(root, n, node_args, args.port, place)
     config = [{"node": i, **effective_config(node.command())} for i, node in enumerate(cluster.nodes)]
     last: dict[int, dict[str, Any]] = {}
@@ -267,9 +232,9 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
                 break
             time.sleep(0.5)
         wall = time.monotonic() - (t0 or start)
-    moved = [b - a for a, b in zip(before, link_bytes(topo))]
+    moved = [b - a for a, b in zip(before, topo.link_bytes() if topo is not None else [])]
     server = system.startswith("ps")  # a parameter server's workers hold copies of its model: not evaluated
-    evals = evaluate_checkpoints([node.state_dir if not (server and i) else None
+    evals = evaluate_checkpoints(TRAIN_IMAGES, [node.state_dir if not (server and i) else None
                                   for i, node in enumerate(cluster.nodes)])
     nodes = []
     for i in range(n):
@@ -289,7 +254,7 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     """DDP or hivemind: per-step records from each rank's log folder, final models evaluated."""
     folder = Path(args.workdir) / run
     shutil.rmtree(folder, ignore_errors=True)
-    before = link_bytes(topo)
+    before = topo.link_bytes() if topo is not None else []
     env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo is not None else {}
     print(f"  [{run}] running (its per-step records are read at the end)", flush=True)
     started = time.monotonic()
@@ -304,14 +269,14 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     fields = {k: v for k, v in asdict(spec).items() if k not in ("log_dir", "port")}
     config = [{**BASELINE_FIXED, **fields, **({"hivemind": version("hivemind")} if system == "hivemind" else {})}]
     wall = time.monotonic() - started
-    moved = [b - a for a, b in zip(before, link_bytes(topo))]
+    moved = [b - a for a, b in zip(before, topo.link_bytes() if topo is not None else [])]
     failed = [r["failed"] for r in results if "failed" in r]
     ranks = sorted(folder.glob("rank*.jsonl"))
     for r, path in enumerate(ranks):
         for line in path.read_text().splitlines():
             rec = json.loads(line)
             log_sample(log, run, r, rec["t"], rec["step"], rec["samples"], rec["loss"], rec["acc"])
-    evals = evaluate_checkpoints([folder / f"rank{r}" for r in range(NODES)])
+    evals = evaluate_checkpoints(TRAIN_IMAGES, [folder / f"rank{r}" for r in range(NODES)])
     sent = results[0].get("sent") if system == "ddp" else None
     nodes = [{"node": r, "role": "worker", **evals[r], "steps": args.samples // 64, "samples": args.samples,
               "bytes": moved[r] if moved else (2 * sent / NODES if sent else None),
