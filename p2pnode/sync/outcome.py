@@ -1,7 +1,8 @@
 """What the synchronous mode's reducer is given and answers: a contribution's bytes, checked
-(``parse``: finite float16 of the round's length, or SyncRefused), and the ``Outcome`` every
-contributor gets back. Daemon side, torch-free (numpy): kept apart from ``sync/reducer.py``,
-which holds the rounds, so the actor (``sync/actor.py``) and the tests read these without it."""
+(``parse``: finite values, float16, or float32 for the models after training, as many as the
+round's other contributions have; else SyncRefused), and the ``Outcome`` every contributor gets
+back, from its own reducer or over HTTP (``sync/actor.py``). Daemon side, torch-free (numpy);
+``sync/reducer.py`` holds the rounds."""
 
 from __future__ import annotations
 
