@@ -356,8 +356,12 @@ class Reducer:
             return
         if bucket.timer is not None:
             bucket.timer.cancel()
-        names = sorted(bucket.parts)  # one order on every reducer: the same sum to the bit
-        total = np.zeros_like(bucket.parts[names[0]])
+        # summed in float64, so the order does not matter: node ids are random, and summed in
+        # float32 in their sorted order two runs of one seed went apart (tests/sync/
+        # test_reducer.py). Float16 parts sum exactly (each a multiple of 2**-24 below 2**16: up
+        # to 8192 of them fit float64's 53 bits); the models' float32 mean nearly so.
+        names = sorted(bucket.parts)
+        total = np.zeros(bucket.parts[names[0]].shape, dtype=np.float64)
         for name in names:
             total += bucket.parts[name]
         mean = (total / len(names)).astype(wire_dtype(phase)).tobytes()
