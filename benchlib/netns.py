@@ -61,14 +61,6 @@ class Topology:
         self.host_ip = f"{subnet}.254"
         self.cuts: list[tuple[int, str]] = []  # (namespace, blackholed address) of a partition
 
-    def link_bytes(self) -> list[int]:
-        """Bytes each namespace's link has carried so far, both ways (the host veth end's counters)."""
-        out = []
-        for veth in self.veth:
-            stats = Path(f"/sys/class/net/{veth}/statistics")
-            out.append(int((stats / "rx_bytes").read_text()) + int((stats / "tx_bytes").read_text()))
-        return out
-
     def up(self) -> Topology:
         self.down()  # leftovers of an interrupted run
         sh("ip", "link", "add", self.bridge, "type", "bridge")
@@ -136,3 +128,15 @@ class Topology:
             sent += int((stats / "rx_bytes").read_text())
             received += int((stats / "tx_bytes").read_text())
         return sent, received
+
+
+def link_bytes(topo: Topology | None) -> list[int]:
+    """Bytes each namespace's link of ``topo`` has carried so far, both ways (the host veth
+    end's counters); empty on loopback (no topology)."""
+    if topo is None:
+        return []
+    out = []
+    for veth in topo.veth:
+        stats = Path(f"/sys/class/net/{veth}/statistics")
+        out.append(int((stats / "rx_bytes").read_text()) + int((stats / "tx_bytes").read_text()))
+    return out

@@ -61,7 +61,7 @@ from benchlib.cluster import ROOT, Cluster, Place, finished, loopback, training_
 from benchlib.ddp import FIXED as BASELINE_FIXED, DdpRun, run_ddp
 from benchlib.hivemind_run import HivemindRun, run_hivemind
 from benchlib.hivemind_run import unavailable as hivemind_unavailable
-from benchlib.netns import Topology, unavailable
+from benchlib.netns import Topology, link_bytes, unavailable
 from benchlib.ratio import MEASURED, measure
 from benchlib.results import append_jsonl, command_line, machine
 from benchlib.steplog import evaluate_checkpoints
@@ -202,7 +202,7 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
                                "--set", f"training.eval_every={every}"]
     root = Path(args.workdir) / run
     shutil.rmtree(root, ignore_errors=True)
-    before = topo.link_bytes() if topo is not None else []
+    before = link_bytes(topo)
     cluster = Cluster(root, n, node_args, args.port, place)
     config = [{"node": i, **effective_config(node.command())} for i, node in enumerate(cluster.nodes)]
     last: dict[int, dict[str, Any]] = {}
@@ -232,7 +232,7 @@ def run_daemons(system: str, cond: str, run: str, args: argparse.Namespace, plac
                 break
             time.sleep(0.5)
         wall = time.monotonic() - (t0 or start)
-    moved = [b - a for a, b in zip(before, topo.link_bytes() if topo is not None else [])]
+    moved = [b - a for a, b in zip(before, link_bytes(topo))]
     server = system.startswith("ps")  # a parameter server's workers hold copies of its model: not evaluated
     evals = evaluate_checkpoints(TRAIN_IMAGES, [node.state_dir if not (server and i) else None
                                   for i, node in enumerate(cluster.nodes)])
@@ -254,7 +254,7 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     """DDP or hivemind: per-step records from each rank's log folder, final models evaluated."""
     folder = Path(args.workdir) / run
     shutil.rmtree(folder, ignore_errors=True)
-    before = topo.link_bytes() if topo is not None else []
+    before = link_bytes(topo)
     env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo is not None else {}
     print(f"  [{run}] running (its per-step records are read at the end)", flush=True)
     started = time.monotonic()
@@ -269,7 +269,7 @@ def run_baseline(system: str, cond: str, run: str, args: argparse.Namespace, pla
     fields = {k: v for k, v in asdict(spec).items() if k not in ("log_dir", "port")}
     config = [{**BASELINE_FIXED, **fields, **({"hivemind": version("hivemind")} if system == "hivemind" else {})}]
     wall = time.monotonic() - started
-    moved = [b - a for a, b in zip(before, topo.link_bytes() if topo is not None else [])]
+    moved = [b - a for a, b in zip(before, link_bytes(topo))]
     failed = [r["failed"] for r in results if "failed" in r]
     ranks = sorted(folder.glob("rank*.jsonl"))
     for r, path in enumerate(ranks):
