@@ -71,7 +71,7 @@ def test_the_mean_does_not_depend_on_which_node_sent_which_part(order: tuple[int
         names = ["a", "b", "c"]
         r = reducer(set(names))
         first, _ = await both_phases(r, {names[i]: (f16(*parts16[j]), f16(1)) for i, j in enumerate(order)})
-        final = Reducer(0.2, lambda: set(names))
+        final = reducer(set(names))
         outs = await asyncio.gather(*(final.contribute(names[i], 2, -2, f32(*parts32[j])) for i, j in enumerate(order)))
         assert {o.count for o in outs} == {3} and len({o.data for o in outs}) == 1
         return first[0].data, outs[0].data
