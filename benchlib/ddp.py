@@ -54,6 +54,10 @@ class DdpRun:
     #: same steps: without them DDP at lr 0.2 and momentum 0.9 ended at chance with seed 1 (IID)
     warmup_samples: int = 3200
     grad_clip: float = 5.0
+    #: DDP's bucket size (its default 25). Another size moves where each gradient element sits in
+    #: the ring all-reduce's chunks, so its four-way sum is taken in another order: the same run to
+    #: within float32 rounding, which shows how far rounding alone moves a seed's result
+    bucket_cap_mb: float = 25.0
 
     @property
     def steps(self) -> int:
@@ -158,7 +162,7 @@ def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
     dist.init_process_group("gloo", rank=rank, world_size=run.workers)
     train = shard(fashion_mnist(True), rank, run.workers, run.partition, run.partition_seed)
     torch.manual_seed(run.seed)
-    model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"))
+    model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"), bucket_cap_mb=run.bucket_cap_mb)
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=MOMENTUM)
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())
     from benchlib.steplog import StepLog

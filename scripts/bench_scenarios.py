@@ -248,7 +248,7 @@ class Row:
 
 def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topology | None, seed: int = 0) -> Row:
     run = DdpRun(workers=args.nodes, samples=args.samples, partition=sc.partition, partition_seed=args.partition_seed,
-                 seed=seed,
+                 seed=seed, bucket_cap_mb=args.ddp_bucket_mb,
                  kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0)
     on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5, args.slow_period)) if sc.straggler else None
     before = topo.counters()[0] if topo else 0
@@ -257,6 +257,8 @@ def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topolo
     sent = (topo.counters()[0] - before) if topo else float(d.get("sent", 0.0))
     row = Row(sc.name, f"DDP (gloo), seed {seed}" if args.repeat > 1 else "DDP (gloo)", sent=sent,
               seconds=d.get("seconds"))
+    if args.ddp_bucket_mb != DdpRun.bucket_cap_mb:
+        row.system += f", buckets of {args.ddp_bucket_mb:g} MB"
     if "failed" in d:
         row.note = f"failed at step {d.get('steps')}/{d.get('of_steps')}: {d['failed'][:80]}"
     elif d["steps"] < d["of_steps"]:
@@ -330,6 +332,10 @@ def main() -> int:
                     help="the straggler's duty cycle: stopped for half of every this many seconds (DDP's rank too)")
     ap.add_argument("--stagger", type=float, default=0.0,
                     help="start p2pnode's node i this many seconds x i after node 0 (DDP cannot: its ranks wait)")
+    ap.add_argument("--ddp-bucket-mb", type=float, default=DdpRun.bucket_cap_mb,
+                    help="DDP's bucket size: another than its default 25 sums each element in another order "
+                         "(how far float32 rounding alone moves a seed's result)")
+    ap.add_argument("--ddp-only", action="store_true", help="run DDP alone, no p2pnode variant")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
     ap.add_argument("--timeout", type=float, default=900.0)
@@ -357,7 +363,7 @@ def main() -> int:
                     print(f"== {name}: DDP", flush=True)
                     rows.append(run_ddp_row(sc, args, place, topo, seed))
                     print(json.dumps(rows[-1].__dict__), flush=True)
-                for variant in args.variants:
+                for variant in [] if args.ddp_only else args.variants:
                     print(f"== {name}: p2pnode {variant}", flush=True)
                     rows.append(run_p2p_row(sc, variant, args, place, topo, workdir, seed))
                     print(json.dumps(rows[-1].__dict__), flush=True)
