@@ -41,6 +41,11 @@ ROWS: dict[str, tuple[str, list[str]]] = {
     "sync6-f32": ("study_sync.py", ["--rank", "6", "--value-bits", "0", "--min-compression-rate", "2"]),
     "sync6-scaled": ("study_sync.py", ["--rank", "6", "--value-bits", "16", "--min-compression-rate", "2",
                                        "--round-dense", "--scaled"]),
+    # how the cost falls with the rank (bytes grow with it: rank 10 is about 1/20 of DDP's)
+    "sync10": ("study_sync.py", ["--rank", "10", "--value-bits", "16", "--min-compression-rate", "2", "--round-dense"]),
+    # each node's error its own residual out of the shared P (the same mean; a node's lean no longer piles up)
+    "sync6-local": ("study_sync.py", ["--rank", "6", "--value-bits", "16", "--min-compression-rate", "2",
+                                      "--round-dense", "--local-residual"]),
 }
 
 
@@ -53,8 +58,14 @@ def row_of(rec: dict) -> str | None:
         return None
     if rec["rank"] == 0 and rec["value_bits"] == 0:
         return "sum-order"
-    if rec["rank"] != 6 or a.get("min_compression_rate") != 2.0:
+    if a.get("min_compression_rate") != 2.0:
         return None
+    if rec["rank"] == 10 and rec["value_bits"] == 16 and a.get("round_dense") and not a.get("local_residual"):
+        return "sync10"
+    if rec["rank"] != 6:
+        return None
+    if a.get("local_residual"):
+        return "sync6-local" if rec["value_bits"] == 16 and a.get("round_dense") and not a.get("scaled") else None
     if rec["value_bits"] == 0:
         return "sync6-f32"
     if rec["value_bits"] == 16 and a.get("round_dense"):
@@ -123,7 +134,8 @@ def main() -> None:
     ap.add_argument("--jsonl", type=Path, required=True, help="the study's records: read, and appended to")
     ap.add_argument("--rows", nargs="+", default=["ddp", "sum-order", "sync6"], choices=list(ROWS),
                     help="ddp: the anchor (always run); sum-order: DDP but for a float32 sum's order; sync6: the "
-                         "daemon's synchronous mode; sync6-f32 / sync6-scaled: its factors in float32 / scaled float16")
+                         "daemon's synchronous mode; sync6-f32 / sync6-scaled: its factors in float32 / scaled float16; "
+                         "sync10: rank 10; sync6-local: each node's error its own residual")
     ap.add_argument("--jobs", type=int, default=2, help="study runs at once (one core each)")
     ap.add_argument("--report-only", action="store_true", help="print the table of what --jsonl holds, run nothing")
     args = ap.parse_args()

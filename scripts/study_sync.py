@@ -120,8 +120,9 @@ def run(args: argparse.Namespace) -> dict:
             qs[k] = qm
             approx = pm @ qm.t()
             sent += (rows + cols) * r * (args.value_bits or 32) / 32
-            for i in range(n):
-                err[i][k] = (ms[i] - approx).reshape(p.shape)
+            for i in range(n):  # --local-residual: the node's own M less its projection on the shared P
+                own = pm @ (ms[i].t() @ pm).t() if args.local_residual else approx
+                err[i][k] = (ms[i] - own).reshape(p.shape)
             p.grad = approx.reshape(p.shape).clone()
         if args.clip > 0:  # as the study's DDP anchor (--ddp-clip 5): the mean gradient clipped
             torch.nn.utils.clip_grad_norm_(params, args.clip)
@@ -152,6 +153,10 @@ def main() -> None:
     ap.add_argument("--dense-feedback", action="store_true",
                     help="with --round-dense: each node keeps what rounding its whole tensors left out and "
                          "adds it to the next step's (error feedback for the whole tensors)")
+    ap.add_argument("--local-residual", action="store_true",
+                    help="each node's error is its own M less M's projection on the shared P (the mean of these "
+                         "is the mean's residual, as with the usual M - P Q'^T, but a node's own lean within P "
+                         "no longer piles up in its error)")
     args = ap.parse_args()
     global SCALED
     SCALED = args.scaled

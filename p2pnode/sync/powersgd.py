@@ -78,6 +78,7 @@ class PowerSync:
         self._g: dict[str, torch.Tensor] = {}  #: this step's gradients, without the error
         self._p: dict[str, torch.Tensor] = {}
         self._dense: dict[str, torch.Tensor] = {}
+        self._own: dict[str, torch.Tensor] = {}  #: our phase 1 part, M^T P, before rounding
 
     def _size(self, phase: int) -> int:
         if phase == 0:
@@ -131,7 +132,8 @@ class PowerSync:
         self._split0(mean0)
         if clean:
             self._m = dict(self._g)
-        out = [self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank]
+        self._own = {x.name: self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank}
+        out = list(self._own.values())
         # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
         return to_wire(out) if out else b"\0\0"
 
@@ -158,11 +160,22 @@ class PowerSync:
         slow node, not waited for there), this step's gradient is dropped, not owed: owing it
         piled up a slow node's late gradients in its error until one contribution carried them
         all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
-        with a straggler, docs/BENCHMARKS.md)."""
-        grads, approx = self._approx(mean1, rnd)
+        with a straggler, docs/BENCHMARKS.md).
+
+        Our error is our M less *our own* projection on the shared P (P Pᵀ M), not less the
+        mean's approximation P Q'ᵀ (PowerSGD's, and PyTorch's hook's). Averaged over the nodes
+        the two are the same, M's mean less P Pᵀ M's mean, so the mean gradient of every later
+        step is the same in exact arithmetic. But M − P Q'ᵀ also keeps our lean from the mean
+        within P, and sums it over every step: on skewed shards each node's parts grew to
+        about a thousand times the mean they sum to, and float16 kept too few digits of them
+        (a late round's mean P in the lockstep study: parts up to 2 for a mean of 3e-3). With
+        our own projection the lean within P is dropped at every step: Dirichlet 0.1 in the
+        lockstep study, 8 seeds, 0.1–0.2 pt nearer DDP on average (docs/BENCHMARKS.md, "How
+        far rounding alone moves a seed")."""
+        grads, _ = self._approx(mean1, rnd)
         if included:
-            for name, a in approx.items():
-                self.err[name] = self._m[name] - a
+            for name, own in self._own.items():
+                self.err[name] = self._m[name] - self._p[name] @ own.t()
         return grads
 
     def rebuild(self, mean0: bytes, mean1: bytes, rnd: int) -> dict[str, torch.Tensor]:
