@@ -118,15 +118,16 @@ class PowerSync:
         nodes are not the round before's, and our error feedback is left out (this step's
         gradient alone; the error starts again from what the round leaves of it).
 
-        Why: a node's error is M - P Q'^T with P Q'^T the approximation of the *mean* M, so it
-        holds, besides the compression's residual, the node's own deviation from the mean,
-        summed over every round (a random walk on even shards; growing with every step on
+        Why: a node's error holds, besides the compression's residual, its own deviation from
+        the mean (outside P since ``finish`` keeps M - P P^T M; within it too before, with
+        PowerSGD's M - P Q'^T), summed over every round (a random walk on even shards; growing with every step on
         skewed ones, where a node's gradient always leans towards its classes). The deviations
         cancel in the mean only while the same nodes are in every round. One node out (late,
         restarted, dropped) and the others' sum of deviations, minus the missing one's, entered
         the mean whole; one node back and its own did (tests/sync/test_powersgd_sync.py: after
         40 rounds of nodes leaning their own ways, one node out put a round's mean 8 times the
-        gradient's norm off it; with the errors left out, 0.9). P, averaged in phase 0 before
+        gradient's norm off it, 2.4 times since ``finish`` drops the lean within P; with the
+        errors left out, 0.9). P, averaged in phase 0 before
         the round's nodes are known, still holds the deviations: its subspace is off for a
         round, but the mean taken in it is of the gradients."""
         self._split0(mean0)
@@ -170,8 +171,8 @@ class PowerSync:
         about a thousand times the mean they sum to, and float16 kept too few digits of them
         (a late round's mean P in the lockstep study: parts up to 2 for a mean of 3e-3). With
         our own projection the lean within P is dropped at every step: Dirichlet 0.1 in the
-        lockstep study, 8 seeds, 0.1–0.2 pt nearer DDP on average (docs/BENCHMARKS.md, "How
-        far rounding alone moves a seed")."""
+        lockstep study, 8 seeds, 0.14 pt nearer DDP on average; on the daemons within the
+        runs' scatter (docs/BENCHMARKS.md, "How far rounding alone moves a seed")."""
         grads, _ = self._approx(mean1, rnd)
         if included:
             for name, own in self._own.items():
