@@ -5,7 +5,8 @@ Vogels, Karimireddy, Jaggi 2019 (*PowerSGD*), as PyTorch's DDP comm hook runs it
 matrix M (its gradient plus this node's error feedback, what earlier approximations left out)
 gives P = M Q; the nodes' P are averaged (phase 0), orthonormalised, and give Q' = Mᵀ P, averaged
 too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximation of the mean
-gradient, and keeps M − P Q'ᵀ as its error. Q' warm-starts the next step. Vectors (biases) and
+gradient, and keeps M − P Pᵀ M (its M less its own projection on P; see ``finish``) as its
+error. Q' warm-starts the next step. Vectors (biases) and
 matrices that factoring would not halve travel whole in phase 0 (the hook's
 ``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
 6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as float16.
