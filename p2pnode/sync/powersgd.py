@@ -5,8 +5,7 @@ Vogels, Karimireddy, Jaggi 2019 (*PowerSGD*), as PyTorch's DDP comm hook runs it
 matrix M (its gradient plus this node's error feedback, what earlier approximations left out)
 gives P = M Q; the nodes' P are averaged (phase 0), orthonormalised, and give Q' = Mᵀ P, averaged
 too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximation of the mean
-gradient, and keeps M − P Pᵀ M (its M less its own projection on P; see ``finish``) as its
-error. Q' warm-starts the next step. Vectors (biases) and
+gradient, and keeps M − P Q'ᵀ as its error. Q' warm-starts the next step. Vectors (biases) and
 matrices that factoring would not halve travel whole in phase 0 (the hook's
 ``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
 6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as float16.
@@ -79,7 +78,6 @@ class PowerSync:
         self._g: dict[str, torch.Tensor] = {}  #: this step's gradients, without the error
         self._p: dict[str, torch.Tensor] = {}
         self._dense: dict[str, torch.Tensor] = {}
-        self._own: dict[str, torch.Tensor] = {}  #: our phase 1 part, M^T P, before rounding
 
     def _size(self, phase: int) -> int:
         if phase == 0:
@@ -119,23 +117,21 @@ class PowerSync:
         nodes are not the round before's, and our error feedback is left out (this step's
         gradient alone; the error starts again from what the round leaves of it).
 
-        Why: a node's error holds, besides the compression's residual, its own deviation from
-        the mean (outside P since ``finish`` keeps M - P P^T M; within it too before, with
-        PowerSGD's M - P Q'^T), summed over every round (a random walk on even shards; growing with every step on
+        Why: a node's error is M - P Q'^T with P Q'^T the approximation of the *mean* M, so it
+        holds, besides the compression's residual, the node's own deviation from the mean,
+        summed over every round (a random walk on even shards; growing with every step on
         skewed ones, where a node's gradient always leans towards its classes). The deviations
         cancel in the mean only while the same nodes are in every round. One node out (late,
         restarted, dropped) and the others' sum of deviations, minus the missing one's, entered
         the mean whole; one node back and its own did (tests/sync/test_powersgd_sync.py: after
         40 rounds of nodes leaning their own ways, one node out put a round's mean 8 times the
-        gradient's norm off it, 2.4 times since ``finish`` drops the lean within P; with the
-        errors left out, 0.9). P, averaged in phase 0 before
+        gradient's norm off it; with the errors left out, 0.9). P, averaged in phase 0 before
         the round's nodes are known, still holds the deviations: its subspace is off for a
         round, but the mean taken in it is of the gradients."""
         self._split0(mean0)
         if clean:
             self._m = dict(self._g)
-        self._own = {x.name: self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank}
-        out = list(self._own.values())
+        out = [self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank]
         # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
         return to_wire(out) if out else b"\0\0"
 
@@ -162,22 +158,11 @@ class PowerSync:
         slow node, not waited for there), this step's gradient is dropped, not owed: owing it
         piled up a slow node's late gradients in its error until one contribution carried them
         all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
-        with a straggler, docs/BENCHMARKS.md).
-
-        Our error is our M less *our own* projection on the shared P (P Pᵀ M), not less the
-        mean's approximation P Q'ᵀ (PowerSGD's, and PyTorch's hook's). Averaged over the nodes
-        the two are the same, M's mean less P Pᵀ M's mean, so the mean gradient of every later
-        step is the same in exact arithmetic. But M − P Q'ᵀ also keeps our lean from the mean
-        within P, and sums it over every step: on skewed shards each node's parts grew to
-        about a thousand times the mean they sum to, and float16 kept too few digits of them
-        (a late round's mean P in the lockstep study: parts up to 2 for a mean of 3e-3). With
-        our own projection the lean within P is dropped at every step: Dirichlet 0.1 in the
-        lockstep study, 8 seeds, 0.14 pt nearer DDP on average; on the daemons within the
-        runs' scatter (docs/BENCHMARKS.md, "How far rounding alone moves a seed")."""
-        grads, _ = self._approx(mean1, rnd)
+        with a straggler, docs/BENCHMARKS.md)."""
+        grads, approx = self._approx(mean1, rnd)
         if included:
-            for name, own in self._own.items():
-                self.err[name] = self._m[name] - self._p[name] @ own.t()
+            for name, a in approx.items():
+                self.err[name] = self._m[name] - a
         return grads
 
     def rebuild(self, mean0: bytes, mean1: bytes, rnd: int) -> dict[str, torch.Tensor]:

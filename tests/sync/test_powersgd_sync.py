@@ -136,28 +136,4 @@ def test_a_node_leaving_does_not_pour_the_others_summed_deviations_into_the_mean
     mean = step(as_before, grads[:2], old, clean=False)[0][name]
     off_before = float((mean - target).norm() / target.norm())
     print(f"one node out: the mean {off:.2f} off without the errors, {off_before:.2f} with them")
-    # each node's error now drops its lean within P at every step (next test), so less pours in
-    # than the 8x of PowerSGD's own error (M - P Q'^T): what leans outside P still does
-    assert off_before > 2 * max(off, 0.2), (off_before, off)
-
-
-def test_a_nodes_error_keeps_none_of_its_lean_within_the_shared_factors() -> None:
-    """Each node's error is its M less its own projection on the shared P, so P^T err is zero:
-    the node's lean from the mean within P is not summed from step to step (with PowerSGD's
-    M - P Q'^T it was, and on skewed shards the parts grew to a thousand times their mean, more
-    than float16 keeps). Averaged over the nodes the errors are the mean's residual either way."""
-    params = model_params(2)
-    syncs = [PowerSync(params, rank=2, seed=5) for _ in range(3)]
-    reducer = Reducer(0.2, lambda: {"n0", "n1", "n2"})
-    gen = torch.Generator().manual_seed(3)
-    base = {n: torch.randn(p.shape, generator=gen) for n, p in params}
-    grads = [{n: base[n] + 2 * torch.randn(p.shape, generator=gen) for n, p in params} for _ in range(3)]
-    name = params[0][0]
-    for _ in range(40):
-        means = step(syncs, grads, reducer)
-    lean = [float((s._p[name].t() @ s.err[name]).norm() / s.err[name].norm()) for s in syncs]
-    assert max(lean) < 1e-5, lean
-    # the mean's residual, as PowerSGD's own error gives it: the mean of M less the step taken
-    m_mean = sum(s._m[name] for s in syncs) / 3
-    e_mean = sum(s.err[name] for s in syncs) / 3
-    assert torch.allclose(e_mean, m_mean - means[0][name].reshape(m_mean.shape), atol=1e-2)
+    assert off_before > 5 * max(off, 0.2), (off_before, off)
