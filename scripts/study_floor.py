@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -32,44 +33,48 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib.results import table  # noqa: E402
 
-#: the rows of the study: name -> (script, its arguments)
-ROWS: dict[str, tuple[str, list[str]]] = {
-    "ddp": ("study_skew.py", ["--algo", "ddp", "--ddp-clip", "5"]),
-    "sum-order": ("study_sync.py", ["--rank", "0", "--value-bits", "0"]),
-    "sync6": ("study_sync.py", ["--rank", "6", "--value-bits", "16", "--min-compression-rate", "2", "--round-dense"]),
+#: the rows of the study: name -> (script, the options it sets, as the script's record has them)
+ROWS: dict[str, tuple[str, dict[str, object]]] = {
+    "ddp": ("study_skew.py", {"algo": "ddp", "ddp_clip": 5.0}),
+    "sum-order": ("study_sync.py", {"rank": 0, "value_bits": 0}),
+    "sync6": ("study_sync.py", {"rank": 6, "value_bits": 16, "min_compression_rate": 2.0, "round_dense": True}),
     # where sync6's own cost sits: the same factors in float32, or float16 with a power-of-two scale a tensor
-    "sync6-f32": ("study_sync.py", ["--rank", "6", "--value-bits", "0", "--min-compression-rate", "2"]),
-    "sync6-scaled": ("study_sync.py", ["--rank", "6", "--value-bits", "16", "--min-compression-rate", "2",
-                                       "--round-dense", "--scaled"]),
+    "sync6-f32": ("study_sync.py", {"rank": 6, "value_bits": 0, "min_compression_rate": 2.0}),
+    "sync6-scaled": ("study_sync.py", {"rank": 6, "value_bits": 16, "min_compression_rate": 2.0, "round_dense": True,
+                                       "scaled": True}),
     # how the cost falls with the rank (bytes grow with it: rank 10 is about 1/20 of DDP's)
-    "sync10": ("study_sync.py", ["--rank", "10", "--value-bits", "16", "--min-compression-rate", "2", "--round-dense"]),
+    "sync10": ("study_sync.py", {"rank": 10, "value_bits": 16, "min_compression_rate": 2.0, "round_dense": True}),
     # each node's error its own residual out of the shared P (the same mean; a node's lean no longer piles up)
-    "sync6-local": ("study_sync.py", ["--rank", "6", "--value-bits", "16", "--min-compression-rate", "2",
-                                      "--round-dense", "--local-residual"]),
+    "sync6-local": ("study_sync.py", {"rank": 6, "value_bits": 16, "min_compression_rate": 2.0, "round_dense": True,
+                                      "local_residual": True}),
 }
+#: study_sync.py's options that make one row another, at their defaults: a record is a row's when
+#: every one of them is what the row sets, or its default where the row sets none
+SYNC_DEFAULTS: dict[str, object] = {"rank": 4, "value_bits": 0, "min_compression_rate": 1.0, "last_share": 1.0,
+                                    "drop_last": False, "scaled": False, "round_dense": False,
+                                    "dense_feedback": False, "local_residual": False}
+
+
+def options(opts: dict[str, object]) -> list[str]:
+    """A row's options on its script's command line."""
+    out: list[str] = []
+    for key, value in opts.items():
+        flag = "--" + key.replace("_", "-")
+        out += [flag] if value is True else [flag, str(value)]
+    return out
 
 
 def row_of(rec: dict) -> str | None:
-    """Which of ``ROWS`` a study record is (None: another study's)."""
+    """Which of ``ROWS`` a study record is (None: another study's). study_sync.py's records say
+    ``algo: powersgd``; study_skew.py keeps its algo in ``args``."""
     a = rec["args"]
-    if a.get("algo") == "ddp" and a.get("ddp_clip") == 5.0:  # study_skew.py keeps its algo in args
-        return "ddp"
-    if rec.get("algo") != "powersgd" or a.get("dense_feedback") or a.get("last_share", 1.0) < 1 or a.get("drop_last"):
-        return None
-    if rec["rank"] == 0 and rec["value_bits"] == 0:
-        return "sum-order"
-    if a.get("min_compression_rate") != 2.0:
-        return None
-    if rec["rank"] == 10 and rec["value_bits"] == 16 and a.get("round_dense") and not a.get("local_residual"):
-        return "sync10"
-    if rec["rank"] != 6:
-        return None
-    if a.get("local_residual"):
-        return "sync6-local" if rec["value_bits"] == 16 and a.get("round_dense") and not a.get("scaled") else None
-    if rec["value_bits"] == 0:
-        return "sync6-f32"
-    if rec["value_bits"] == 16 and a.get("round_dense"):
-        return "sync6-scaled" if a.get("scaled") else "sync6"
+    script = "study_sync.py" if rec.get("algo") == "powersgd" else "study_skew.py"
+    for name, (where, opts) in ROWS.items():
+        if where != script:
+            continue
+        want = {**SYNC_DEFAULTS, **opts} if script == "study_sync.py" else opts
+        if all(a.get(k, SYNC_DEFAULTS.get(k)) == v for k, v in want.items()):
+            return name
     return None
 
 
@@ -88,11 +93,11 @@ def load(path: Path) -> dict[tuple[str, int, str], float]:
 
 def run_missing(partitions: list[str], seeds: list[int], rows: list[str], jsonl: Path, jobs: int) -> None:
     have = load(jsonl)
-    todo = [[sys.executable, str(ROOT / "scripts" / script), *extra, "--partition", p, "--pseed", str(s),
+    todo = [[sys.executable, str(ROOT / "scripts" / script), *options(opts), "--partition", p, "--pseed", str(s),
              "--seed", str(s), "--jsonl", str(jsonl)]
             for p in partitions for s in seeds for name in rows if (p, s, name) not in have
-            for script, extra in [ROWS[name]]]
-    env = {"PYTHONPATH": f"{ROOT / 'scripts'}:{ROOT}", "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+            for script, opts in [ROWS[name]]]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scripts'}:{ROOT}", "OMP_NUM_THREADS": "1"}
     with ThreadPoolExecutor(jobs) as pool:
         for cmd, rc in zip(todo, pool.map(lambda c: subprocess.run(c, env=env, capture_output=True).returncode, todo)):
             if rc:
