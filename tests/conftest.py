@@ -40,10 +40,23 @@ TRAINING_CLUSTERS = {"test_tasks_cluster.py", "test_cluster.py", "test_poisoned_
                      "test_divergence_daemon.py", "test_exchange_rounds.py"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
+    for item in items:  # before xdist's hook, which reads the mark into the node id
         if item.path.name in TRAINING_CLUSTERS:
             item.add_marker(pytest.mark.xdist_group("training_clusters"))
+    yield
+    # pytest 9.2 takes a node id from item._id, and xdist 3.8 still writes its "@group" suffix to
+    # item._nodeid, where it changes nothing: --dist loadgroup silently ran the group's tests on
+    # both workers (pytest-dev/pytest-xdist#1386). Carry the suffix over to the id it reads.
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # an older pytest: the node id is item._nodeid itself
+        return
+    for item in items:
+        legacy = item.__dict__.get("_nodeid")
+        if isinstance(legacy, str) and legacy != item.nodeid:
+            item._id = NodeId.parse(legacy)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
