@@ -34,16 +34,18 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable
 # two busy for 10-30 s. scripts/test.sh runs the suite on two pytest-xdist workers
 # (--dist loadgroup); these run one after another on one of them, so that two such clusters never
 # share the machine's cores (tests tuned on a loaded machine, not on one loaded twice over), while
-# the other worker runs the rest: unit tests and daemons that mostly wait on the network.
+# the other worker runs the rest: unit tests and daemons that mostly wait on the network. A test
+# of such a module that trains no torch worker (a stub worker, a command that exits) is marked
+# ``beside_clusters`` and runs on either worker.
 TRAINING_CLUSTERS = {"test_tasks_cluster.py", "test_cluster.py", "test_poisoned_peer.py", "test_sync_mode.py",
                      "test_consensus.py", "test_restart_finished.py", "test_ps_mode.py",
-                     "test_divergence_daemon.py", "test_exchange_rounds.py"}
+                     "test_divergence_daemon.py"}
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> Iterator[None]:
     for item in items:  # before xdist's hook, which reads the mark into the node id
-        if item.path.name in TRAINING_CLUSTERS:
+        if item.path.name in TRAINING_CLUSTERS and not item.get_closest_marker("beside_clusters"):
             item.add_marker(pytest.mark.xdist_group("training_clusters"))
     yield
     # pytest 9.2 takes a node id from item._id, and xdist 3.8 still writes its "@group" suffix to

@@ -19,6 +19,7 @@ PS = ["--set", "node.role=ps", "--set", "compression.publish=topk:density=1.0", 
 WORKER = ["--set", "node.role=ps-worker", "--set", "exchange.timeout=5"]
 
 
+@pytest.mark.beside_clusters
 def test_ps_daemon_modules_import_no_torch() -> None:
     probe = ("import sys, p2pnode.ps.server, p2pnode.ps.client, p2pnode.ps.messages, p2pnode.daemon.node\n"
              "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
@@ -26,6 +27,7 @@ def test_ps_daemon_modules_import_no_torch() -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+@pytest.mark.beside_clusters
 def test_ps_worker_needs_a_server() -> None:
     out = subprocess.run([sys.executable, "-m", "p2pnode", "start", "--set", "node.role=ps-worker"],
                          capture_output=True, text=True, timeout=60, check=False)

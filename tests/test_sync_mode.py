@@ -39,6 +39,7 @@ def three_nodes(cluster, run: list[str]) -> tuple[list, list[str]]:
     return nodes, ids
 
 
+@pytest.mark.beside_clusters  # stub workers
 def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) -> None:
     a = cluster("a", extra=[*STUB, *SYNC])
     a.wait_ready()
@@ -137,6 +138,7 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
         assert all(torch.equal(models[0][k], other[k]) for k in models[0])
 
 
+@pytest.mark.beside_clusters  # the command exits at once
 @pytest.mark.parametrize("extra", [["--set", "node.role=ps"], ["--set", "training.outer=nesterov"]])
 def test_sync_is_refused_where_it_cannot_run(extra: list[str]) -> None:
     out = subprocess.run([sys.executable, "-m", "p2pnode", "start", *SYNC, *extra], capture_output=True, text=True,
