@@ -21,9 +21,9 @@ def finished(node: NodeProc) -> bool:
 
 @pytest.mark.timeout(180)
 def test_a_node_restarted_after_training_is_done_and_exchanges(cluster: Callable[..., NodeProc]) -> None:
-    a = cluster("a", extra=SHORT)
-    a.wait_ready(90)
+    a = cluster("a", extra=SHORT)  # both start at once (b joins through a when it answers)
     b = cluster("b", seeds=[a.addr], extra=SHORT)
+    a.wait_ready(90)
     b.wait_ready(90)
     wait_for(lambda: finished(a) and finished(b), 120, "both nodes to finish training")
     step = b.status()["training"]["step"]
