@@ -130,7 +130,7 @@ def render_status(s: dict[str, Any]) -> str:
     ]
     if "sync" in s:  # exchange.sync: the all-reduce instead of the exchanges above
         y = s["sync"]
-        lines.append(f"sync      {y['mode']} rank {y['rank']}  reducer {y['reducer']}  rounds {y['rounds']}  "
+        lines.append(f"sync      {y['mode']} rank {y['rank']} {y.get('values', 'float16')}  reducer {y['reducer']}  rounds {y['rounds']}  "
                      f"included {y['included']}  missed {y['missed']}  replayed {y.get('replayed', 0)}  "
                      f"failures {y['failures']}  last count {y['last_count']}  received {b.get('sync_received', 0)}"
                      + (f"  not waited for (slow): {' '.join(y['slow'])}" if y.get("slow") else "")

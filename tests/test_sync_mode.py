@@ -22,6 +22,7 @@ from daemon_util import http_request
 from nodes import STUB, wait_for
 
 from benchlib.cluster import finished
+from p2pnode.sync.values import encode
 
 SYNC = ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=0.3"]
 
@@ -70,7 +71,17 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert out["pace"] == 0.0  # no node's step time known yet (stub workers send none)
     shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", b.addr], capture_output=True, text=True,
                            timeout=60, check=True).stdout
-    assert "sync      powersgd rank 8" in shown and "failures 0" in shown, shown
+    assert "sync      powersgd rank 8 float16" in shown and "failures 0" in shown, shown
+    # int8 values (exchange.sync_values): float16 bytes are refused, int8 ones averaged and
+    # answered as int8
+    c = cluster("c", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any", "--set", "exchange.sync_values=int8"])
+    c.wait_ready()
+    status, _, _ = http_request(c.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", f16(*range(100)))
+    assert status == 400
+    sent = encode(np.linspace(-3, 3, 100), "int8")
+    status, _, body = http_request(c.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", sent)
+    assert status == 200
+    assert msgpack.unpackb(body, raw=False)["data"] == sent  # one contribution: its mean is itself
 
 
 @pytest.mark.slow
@@ -107,8 +118,11 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
     """Every node waited for (``sync_wait_for_slow = always``): under the default, a node that
     a loaded machine slows for a few steps is rightly left out of rounds and replays them (a
     reducer even stands down: CI saw one take 13 rounds of 20); what is checked here is that
-    nodes waited for are in every round, not the machine's load (that policy has its own tests)."""
-    run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=5", "--set", "training.min_peers=2",
+    nodes waited for are in every round, not the machine's load (that policy has its own tests).
+    With int8 values (the other tests of real nodes here run float16's): every node rebuilds the
+    same means from them, so all end on one model to the bit."""
+    run = [*SYNC, "--set", "exchange.sync_rank=4", "--set", "exchange.sync_values=int8",
+           "--set", "exchange.sync_timeout=5", "--set", "training.min_peers=2",
            "--set", "training.max_samples=1280", "--set", "training.eval_every=0",
            "--set", "exchange.sync_wait_for_slow=always"]
     nodes, _ = three_nodes(cluster, run)

@@ -205,6 +205,11 @@ class ExchangeConfig(Table):
     sync: Literal["none", "powersgd"] = "none"
     #: rank of PowerSGD's approximation of each weight matrix's mean gradient
     sync_rank: Positive = 8
+    #: the factors' values on the wire, both ways: "float16" or "int8" (one byte a value, one
+    #: float32 scale a block of 64: about half float16's bytes, so twice the rank for the same
+    #: bytes; each node's error is then its own residual, p2pnode/sync/powersgd.py). Every node
+    #: of a cluster must say the same (others' contributions are refused)
+    sync_values: Literal["float16", "int8"] = "float16"
     #: seconds the reducer waits for the last contributions of a step after the first
     sync_timeout: Seconds = 2.0
     #: a node slower than the others' median step trains on a part of each batch (down to an

@@ -2,8 +2,8 @@
 reducer and the means back, and is the reducer when this node has the lowest id.
 
 Daemon side, torch-free. ``POST /v1/sync?phase=P&round=R&from=ID`` (phase 0 or 1 of a step,
-2 the models after training) takes a contribution (float16
-bytes) from a running member (the push guard's check, ``daemon/push.py``), under the HTTP body
+2 the models after training) takes a contribution (float16 or
+int8 bytes, ``sync/values.py``) from a running member (the push guard's check, ``daemon/push.py``), under the HTTP body
 limit, and answers, once the phase closes, with msgpack ``{"round", "count", "included",
 "data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
 ``exchange.sync_timeout`` + ``exchange.timeout``: an unreachable reducer makes the worker take
@@ -86,7 +86,7 @@ class SyncActor:
         self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
                                wait_for_slow=cfg.exchange.sync_wait_for_slow,
-                               stood_down=self._stood_down)
+                               stood_down=self._stood_down, values=cfg.exchange.sync_values)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
@@ -378,7 +378,8 @@ class SyncActor:
     def status(self) -> dict[str, Any]:
         late, running = self.reducer.late, self._running()
         slow, left_out = late.slow(running), late.left_out(running)
-        return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank, "reducer": self.current[0],
+        return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank,
+                "values": self.cfg.exchange.sync_values, "reducer": self.current[0],
                 # this node's reducer stood down until this round (0: it did not); reducers we pass over
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,

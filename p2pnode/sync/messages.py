@@ -17,7 +17,7 @@ FINAL_ROUND = -2
 class SyncContribute(Message):
     """worker -> daemon: this step's contribution to one phase of the all-reduce: phase 0 the
     P factors (and the small tensors whole), phase 1 the Q factors of the round phase 0 named.
-    ``data`` is little-endian float16."""
+    ``data``: the values (``exchange.sync_values``, sync/values.py)."""
 
     kind: ClassVar[str] = "sync-contribute"
     phase: int
@@ -29,7 +29,7 @@ class SyncContribute(Message):
 
 @dataclass
 class SyncResult(Message):
-    """daemon -> worker: the mean of a phase's contributions (float16), the round it closed and
+    """daemon -> worker: the mean of a phase's contributions (as they were sent), the round it closed and
     how many nodes it averaged; ``included`` is False (and ``data`` may be empty) when ours was
     not among them: the reducer was unreachable, or we came too late (then ``replay`` may hold
     the rounds we missed)."""

@@ -1,8 +1,8 @@
 """What the synchronous mode's reducer is given and answers: a contribution's bytes, checked
-(``parse``: finite values, float16, or float32 for the models after training, as many as the
-round's other contributions have; else SyncRefused), and the ``Outcome`` every contributor gets
-back, from its own reducer or over HTTP (``sync/actor.py``). Daemon side, torch-free (numpy);
-``sync/reducer.py`` holds the rounds."""
+(``parse``: finite values, float16 or int8 (``exchange.sync_values``), or float32 for the
+models after training, as many as the round's other contributions have; else SyncRefused), and
+the ``Outcome`` every contributor gets back, from its own reducer or over HTTP
+(``sync/actor.py``). Daemon side, torch-free (numpy); ``sync/reducer.py`` holds the rounds."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from p2pnode.sync.messages import FINAL
+from p2pnode.sync.values import BadValues, decode
 
 
 class SyncRefused(ValueError):
@@ -19,7 +20,7 @@ class SyncRefused(ValueError):
 
 @dataclass
 class Outcome:
-    """What a contributor is answered: the phase's mean (float16 bytes), the round, how many
+    """What a contributor is answered: the phase's mean (bytes, as the contributions were), the round, how many
     nodes it averaged, and whether ours was one of them."""
 
     round: int
@@ -42,20 +43,16 @@ class Outcome:
     new_group: bool = False
 
 
-def wire_dtype(phase: int) -> str:
-    """float16 for PowerSGD's factors; float32 for the models after training (the final model
-    is not rounded)."""
-    return "<f4" if phase == FINAL else "<f2"
+def wire_kind(phase: int, values: str) -> str:
+    """``values`` (exchange.sync_values: float16 or int8) for PowerSGD's factors; float32 for
+    the models after training (the final model is not rounded)."""
+    return "float32" if phase == FINAL else values
 
 
-def parse(data: bytes, length: int | None = None, dtype: str = "<f2") -> np.ndarray:
-    """Little-endian ``dtype`` bytes as float32; SyncRefused unless finite (and ``length`` long)."""
-    size = np.dtype(dtype).itemsize
-    if len(data) == 0 or len(data) % size:
-        raise SyncRefused(f"a contribution is {dtype[1:]}: a non-zero multiple of {size} bytes, not {len(data)}")
-    arr = np.frombuffer(data, dtype=dtype).astype(np.float32)
-    if length is not None and arr.size != length:
-        raise SyncRefused(f"{arr.size} values where this round's other contributions have {length}")
-    if not np.isfinite(arr).all():
-        raise SyncRefused("non-finite values")
-    return arr
+def parse(data: bytes, length: int | None = None, kind: str = "float16") -> np.ndarray:
+    """``kind`` bytes (sync/values.py) as float32; SyncRefused unless well formed and finite
+    (and ``length`` long)."""
+    try:
+        return decode(data, kind, length)
+    except BadValues as exc:
+        raise SyncRefused(str(exc)) from None

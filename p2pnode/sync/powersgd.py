@@ -8,7 +8,9 @@ too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximatio
 gradient, and keeps M − P Q'ᵀ as its error. Q' warm-starts the next step. Vectors (biases) and
 matrices that factoring would not halve travel whole in phase 0 (the hook's
 ``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
-6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as float16.
+6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as float16, or as
+int8 in blocks (``exchange.sync_values``, ``sync/values.py``); each factor column by column, so
+that an int8 block lies within a column, whose values are of one magnitude.
 
 Every node must hold the same Q: they start from ``training.seed`` and each phase 1's mean
 replaces them; a node whose Q fell behind (it missed a round) is sent the current ones
@@ -19,14 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
+import torch.nn.functional as F
+
+from p2pnode.sync.values import BLOCK, BadValues, decode, encode
 
 
 #: a matrix is factored only when that divides its size by at least this (PyTorch's hook's default)
 MIN_COMPRESSION_RATE = 2.0
-#: the largest float16: larger values are clipped to it rather than sent as infinities
-F16_MAX = 65504.0
 
 
 @dataclass
@@ -38,26 +40,24 @@ class _Layout:
     rank: int  #: 0: sent whole
 
 
-def to_wire(tensors: list[torch.Tensor], dtype: str = "<f2") -> bytes:
+def to_wire(tensors: list[torch.Tensor], kind: str = "float16") -> bytes:
     if not tensors:
         return b""
-    flat = torch.cat([t.detach().reshape(-1).float() for t in tensors])
-    if dtype == "<f2":
-        flat = flat.clamp(-F16_MAX, F16_MAX)
-    return flat.numpy().astype(dtype).tobytes()
+    return encode(torch.cat([t.detach().reshape(-1).float() for t in tensors]).numpy(), kind)
 
 
-def from_wire(data: bytes, size: int, dtype: str = "<f2") -> torch.Tensor:
-    arr = np.frombuffer(data, dtype=dtype)
-    if arr.size != size:
-        raise ValueError(f"a mean of {arr.size} values where {size} were expected")
-    if not np.isfinite(arr).all():
-        raise ValueError("a mean with non-finite values")
-    return torch.from_numpy(arr.astype(np.float32))
+def from_wire(data: bytes, size: int, kind: str = "float16") -> torch.Tensor:
+    """ValueError unless ``size`` finite values of ``kind``."""
+    try:
+        return torch.from_numpy(decode(data, kind, size)).float()
+    except BadValues as exc:
+        raise ValueError(f"a mean refused: {exc}") from None
 
 
 class PowerSync:
-    def __init__(self, named: list[tuple[str, torch.Tensor]], rank: int, seed: int) -> None:
+    def __init__(self, named: list[tuple[str, torch.Tensor]], rank: int, seed: int, values: str = "float16") -> None:
+        #: the values on the wire (exchange.sync_values); int8 also makes our error our own residual
+        self.values = values
         gen = torch.Generator().manual_seed(seed)
         self.layout: list[_Layout] = []
         self.q: dict[str, torch.Tensor] = {}
@@ -78,11 +78,32 @@ class PowerSync:
         self._g: dict[str, torch.Tensor] = {}  #: this step's gradients, without the error
         self._p: dict[str, torch.Tensor] = {}
         self._dense: dict[str, torch.Tensor] = {}
+        self._own: dict[str, torch.Tensor] = {}  #: our phase 1 part, M^T P (int8: our own residual)
 
-    def _size(self, phase: int) -> int:
+    def _shapes(self, phase: int) -> list[tuple[int, int]]:
+        """The pieces of a phase, (rows, length of a row) each: phase 0 a matrix's P column by
+        column (or a small tensor whole, one row), phase 1 its Q' column by column."""
         if phase == 0:
-            return sum(x.rows * x.rank if x.rank else x.rows * x.cols for x in self.layout)
-        return sum(x.cols * x.rank for x in self.layout if x.rank)
+            return [(x.rank, x.rows) if x.rank else (1, x.rows * x.cols) for x in self.layout]
+        return [(x.rank, x.cols) for x in self.layout if x.rank]
+
+    def _pad(self, n: int) -> int:
+        """int8: every row of a piece starts a block of its own, so no block (one scale) mixes
+        two columns or two tensors, whose magnitudes may be orders apart."""
+        return -n % BLOCK if self.values == "int8" else 0
+
+    def _pack(self, pieces: list[torch.Tensor]) -> bytes:
+        return to_wire([F.pad(t, (0, self._pad(t.shape[1]))) for t in pieces], self.values)
+
+    def _unpack(self, data: bytes, phase: int) -> list[torch.Tensor]:
+        shapes = self._shapes(phase)
+        flat = from_wire(data, sum(k * (n + self._pad(n)) for k, n in shapes), self.values)
+        out, at = [], 0
+        for k, n in shapes:
+            width = n + self._pad(n)
+            out.append(flat[at:at + k * width].reshape(k, width)[:, :n])
+            at += k * width
+        return out
 
     def phase0(self, grads: dict[str, torch.Tensor]) -> bytes:
         """Our P factors (and the small tensors whole) for this step's gradients."""
@@ -93,24 +114,19 @@ class PowerSync:
             if x.rank:
                 m = g + self.err[x.name]
                 self._m[x.name], self._g[x.name] = m, g
-                out.append(m @ self.q[x.name])
+                out.append((m @ self.q[x.name]).t())  # column by column
             else:
-                out.append(g)
-        return to_wire(out)
+                out.append(g.reshape(1, -1))
+        return self._pack(out)
 
     def _split0(self, mean0: bytes) -> None:
         """The network's mean P, orthonormalised, and the small tensors' mean, from phase 0."""
-        flat = from_wire(mean0, self._size(0))
-        at = 0
         self._p, self._dense = {}, {}
-        for x in self.layout:
-            n = x.rows * (x.rank or x.cols)
-            part = flat[at:at + n]
-            at += n
+        for x, piece in zip(self.layout, self._unpack(mean0, 0)):
             if x.rank:
-                self._p[x.name], _ = torch.linalg.qr(part.reshape(x.rows, x.rank))
+                self._p[x.name], _ = torch.linalg.qr(piece.t())
             else:
-                self._dense[x.name] = part.reshape(x.shape)
+                self._dense[x.name] = piece.reshape(x.shape)
 
     def phase1(self, mean0: bytes, clean: bool = False) -> bytes:
         """Our Q factors against the network's mean P (orthonormalised). ``clean``: the round's
@@ -131,21 +147,18 @@ class PowerSync:
         self._split0(mean0)
         if clean:
             self._m = dict(self._g)
-        out = [self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank]
+        self._own = {x.name: self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank}
+        out = [own.t() for own in self._own.values()]  # column by column
         # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
-        return to_wire(out) if out else b"\0\0"
+        return self._pack(out) if out else to_wire([torch.zeros(1)], self.values)
 
     def _approx(self, mean1: bytes, rnd: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """(the network's mean gradient, rank-r, for every tensor; the matrices' approximations),
         from phase 1's mean Q; our Q and round move on to it."""
-        flat = from_wire(mean1, self._size(1)) if self._size(1) else torch.zeros(0)
-        grads, approx, at = dict(self._dense), {}, 0
-        for x in self.layout:
-            if not x.rank:
-                continue
-            n = x.cols * x.rank
-            q = flat[at:at + n].reshape(x.cols, x.rank)
-            at += n
+        factored = [x for x in self.layout if x.rank]
+        grads, approx = dict(self._dense), {}
+        for x, piece in zip(factored, self._unpack(mean1, 1) if factored else []):
+            q = piece.t()
             approx[x.name] = self._p[x.name] @ q.t()
             self.q[x.name] = q.clone()
             grads[x.name] = approx[x.name].reshape(x.shape)
@@ -158,11 +171,21 @@ class PowerSync:
         slow node, not waited for there), this step's gradient is dropped, not owed: owing it
         piled up a slow node's late gradients in its error until one contribution carried them
         all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
-        with a straggler, docs/BENCHMARKS.md)."""
+        with a straggler, docs/BENCHMARKS.md).
+
+        With int8 values our error is our M less *our own* projection on the shared P (P Pᵀ M),
+        not less the mean's approximation P Q'ᵀ (PowerSGD's). Averaged over the nodes the two
+        are the same, so in exact arithmetic so is every later mean. But M − P Q'ᵀ also keeps
+        our lean from the mean within P, summed over every step: on skewed shards a node's
+        parts grew to about a thousand times the mean they sum to (docs/BENCHMARKS.md, "How far
+        rounding alone moves a seed"), more than int8's two digits can carry; our own
+        projection drops that lean at every step. With float16 it was measured and not kept
+        (no gain on the daemons)."""
         grads, approx = self._approx(mean1, rnd)
         if included:
             for name, a in approx.items():
-                self.err[name] = self._m[name] - a
+                own = self._p[name] @ self._own[name].t() if self.values == "int8" else a
+                self.err[name] = self._m[name] - own
         return grads
 
     def rebuild(self, mean0: bytes, mean1: bytes, rnd: int) -> dict[str, torch.Tensor]:
@@ -175,11 +198,7 @@ class PowerSync:
 
     def resync(self, mean1: bytes, rnd: int) -> None:
         """The current Q from the reducer (ours were older): the next step uses these."""
-        flat = from_wire(mean1, self._size(1))
-        at = 0
-        for x in self.layout:
-            if x.rank:
-                n = x.cols * x.rank
-                self.q[x.name] = flat[at:at + n].reshape(x.cols, x.rank).clone()
-                at += n
+        factored = [x for x in self.layout if x.rank]
+        for x, piece in zip(factored, self._unpack(mean1, 1) if factored else []):
+            self.q[x.name] = piece.t().clone()
         self.q_round = rnd

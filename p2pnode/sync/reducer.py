@@ -3,7 +3,8 @@
 Daemon side, torch-free (numpy). Whichever node the others take for the reducer (the lowest
 node id among the running members, ``sync/actor.py``) collects each phase's contributions,
 waits until every node it expects has sent one or ``exchange.sync_timeout`` has passed since the
-first, and answers every contributor with the same mean, in float16. Who it expects: the
+first, and answers every contributor with the same mean, in float16 or int8
+(``exchange.sync_values``, ``sync/values.py``). Who it expects: the
 members of the last round it closed that are still running (the first round: every running
 member). A node that misses a round (dead, slow or restarted) is left out of that round and
 expected again from the round after it next tries (turned away as late or with old Q factors,
@@ -34,8 +35,9 @@ import numpy as np
 
 from p2pnode.sync.lateness import POLICIES, Lateness
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
-from p2pnode.sync.outcome import Outcome, SyncRefused, parse, wire_dtype
+from p2pnode.sync.outcome import Outcome, SyncRefused, parse, wire_kind
 from p2pnode.sync.standdown import StandDown
+from p2pnode.sync.values import KINDS, encode
 
 #: closed phases kept, to answer a late contributor with the means it missed (two a round)
 KEEP = 64
@@ -67,9 +69,13 @@ FORGET_SLACK = 16
 
 class Reducer:
     def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "",
-                 stood_down: Callable[[], set[str]] = set, wait_for_slow: str = "never") -> None:
+                 stood_down: Callable[[], set[str]] = set, wait_for_slow: str = "never",
+                 values: str = "float16") -> None:
         if wait_for_slow not in POLICIES:
             raise ValueError(f"wait_for_slow is one of {', '.join(POLICIES)}, not {wait_for_slow!r}")
+        if values not in KINDS:
+            raise ValueError(f"values are one of {', '.join(KINDS)}, not {values!r}")
+        self.values = values  #: the factors' values on the wire, both ways (exchange.sync_values)
         self.wait = wait
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
@@ -324,7 +330,7 @@ class Reducer:
 
     async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
         length = next(iter(bucket.parts.values())).size if bucket.parts else None
-        arr = parse(data, length, wire_dtype(phase))
+        arr = parse(data, length, wire_kind(phase, self.values))
         if node not in bucket.parts and len(bucket.parts) >= MAX_MEMBERS:
             raise SyncRefused(f"a round takes at most {MAX_MEMBERS} nodes")
         bucket.parts[node] = arr
@@ -359,12 +365,13 @@ class Reducer:
         # summed in float64, so the order does not matter: node ids are random, and summed in
         # float32 in their sorted order two runs of one seed went apart (tests/sync/
         # test_reducer.py). Float16 parts sum exactly (each a multiple of 2**-24 below 2**16: up
-        # to 8192 of them fit float64's 53 bits); the models' float32 mean nearly so.
+        # to 8192 of them fit float64's 53 bits), int8 parts nearly so (each a 7-bit value times
+        # a float32 scale: 31 bits), the models' float32 mean nearly so.
         names = sorted(bucket.parts)
         total = np.zeros(bucket.parts[names[0]].shape, dtype=np.float64)
         for name in names:
             total += bucket.parts[name]
-        mean = (total / len(names)).astype(wire_dtype(phase)).tobytes()
+        mean = encode(total / len(names), wire_kind(phase, self.values))
         members = frozenset(names)
         if phase == FINAL:
             self.final_result = (mean, members)

@@ -104,7 +104,8 @@ class Worker:
         #: exchange.max_lead: no step at or beyond this one (-1: none), the daemon's Hold
         self.limit = -1
         #: exchange.sync = "powersgd": the gradients' all-reduce (p2pnode/sync/)
-        self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed)
+        self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed,
+                               cfg.exchange.sync_values)
                      if cfg.exchange.sync == "powersgd" else None)
         self.all_reduce = (AllReduce(self.trainer, self.sync, self.sync_phase, cfg.exchange.sync_keep_pace)
                            if self.sync is not None else None)
@@ -255,11 +256,11 @@ class Worker:
         """exchange.sync, after the last step: our model becomes the mean of every node's (what
         a node missed on the way, a restart or a late round, is evened out, and all end alike)."""
         state = floating_state(self.trainer.model)
-        result = self.sync_phase(FINAL, FINAL_ROUND, to_wire(list(state.values()), "<f4"))
+        result = self.sync_phase(FINAL, FINAL_ROUND, to_wire(list(state.values()), "float32"))
         if result is None or not result.data:
             return
         try:
-            flat = from_wire(result.data, sum(v.numel() for v in state.values()), "<f4")
+            flat = from_wire(result.data, sum(v.numel() for v in state.values()), "float32")
         except ValueError as exc:
             log.warning("the models' mean refused (%s): we keep ours", exc)
             return

@@ -1,0 +1,86 @@
+"""How the synchronous mode's values cross the wire (``exchange.sync_values``), both ways: a
+node's contribution to a phase and the reducer's mean of them. Torch-free (numpy): the reducer
+runs in the daemon.
+
+- ``float16``: two bytes a value.
+- ``int8``: one byte a value, in blocks of ``BLOCK`` values, each block scaled by its largest
+  magnitude (one float32 scale a block, so 1/16 more bytes). Twice the values for the bytes: the
+  rank of PowerSGD's approximation can double at the same cost, and on even shards the rank is
+  what the synchronous mode's gap to DDP is made of (docs/BENCHMARKS.md, "int8 factors at twice
+  the rank"). Blocks rather than one scale a tensor because a factor's columns differ by orders
+  of magnitude (the first singular direction carries the most): the worker sends each factor
+  column by column (``sync/powersgd.py``), so a block lies within one column or two.
+- ``float32``: the models after training (the final mean is not rounded).
+
+An int8 value is ``<u4`` count, the blocks' ``<f4`` scales, then the ``i1`` values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+KINDS = ("float16", "int8")
+#: values a scale covers in int8
+BLOCK = 64
+#: the largest float16: larger values are clipped to it rather than sent as infinities
+F16_MAX = 65504.0
+_HEAD = 4
+
+
+class BadValues(ValueError):
+    """Bytes that are not a phase's values (bad length, non-finite, malformed)."""
+
+
+def encode(flat: np.ndarray, kind: str) -> bytes:
+    """``flat`` (a float array: the reducer's float64 mean is rounded once, straight to
+    ``kind``) as ``kind`` bytes."""
+    flat = np.asarray(flat).reshape(-1)
+    if kind == "float32":
+        return flat.astype("<f4").tobytes()
+    if kind == "float16":
+        return np.clip(flat, -F16_MAX, F16_MAX).astype("<f2").tobytes()
+    if kind != "int8":
+        raise ValueError(f"unknown value kind {kind!r}")
+    n = flat.size
+    blocks = math.ceil(n / BLOCK)
+    padded = np.zeros(blocks * BLOCK, dtype=np.float64)
+    padded[:n] = flat
+    padded = padded.reshape(blocks, BLOCK)
+    scale = (np.abs(padded).max(axis=1) / 127.0).astype(np.float32)  # as it crosses: the values divide by it
+    safe = np.where(scale > 0, scale, 1.0)[:, None]
+    q = np.clip(np.rint(padded / safe), -127, 127).astype("i1").reshape(-1)[:n]
+    return np.uint32(n).astype("<u4").tobytes() + scale.astype("<f4").tobytes() + q.tobytes()
+
+
+def decode(data: bytes, kind: str, length: int | None = None) -> np.ndarray:
+    """``kind`` bytes as values (float32; int8's in float64, where a 7-bit value times a float32
+    scale is exact, so the reducer's float64 sum of them does not depend on their order);
+    BadValues unless well formed and finite (and ``length`` long)."""
+    if kind == "int8":
+        arr = _decode_int8(data)
+    else:
+        dtype = np.dtype("<f4" if kind == "float32" else "<f2")
+        if len(data) == 0 or len(data) % dtype.itemsize:
+            raise BadValues(f"{kind} values are a non-zero multiple of {dtype.itemsize} bytes, not {len(data)}")
+        arr = np.frombuffer(data, dtype=dtype).astype(np.float32)
+    if length is not None and arr.size != length:
+        raise BadValues(f"{arr.size} values where {length} were expected")
+    if not np.isfinite(arr).all():
+        raise BadValues("non-finite values")
+    return arr
+
+
+def _decode_int8(data: bytes) -> np.ndarray:
+    if len(data) < _HEAD:
+        raise BadValues(f"int8 values start with a 4-byte count: {len(data)} bytes")
+    n = int(np.frombuffer(data[:_HEAD], dtype="<u4")[0])
+    blocks = math.ceil(n / BLOCK)
+    if n == 0 or len(data) != _HEAD + 4 * blocks + n:
+        raise BadValues(f"int8 values: {len(data)} bytes for a count of {n}")
+    scale = np.frombuffer(data, dtype="<f4", count=blocks, offset=_HEAD)
+    if not np.isfinite(scale).all() or (scale < 0).any():
+        raise BadValues("int8 values: a scale not finite and non-negative")
+    q = np.frombuffer(data, dtype="i1", offset=_HEAD + 4 * blocks).astype(np.float64)
+    return q * np.repeat(scale.astype(np.float64), BLOCK)[:n]
