@@ -71,6 +71,7 @@ class PowerSync:
             self.layout.append(_Layout(name, tuple(p.shape), rows, cols, r))
             if r:
                 self.q[name] = torch.randn(cols, r, generator=gen)
+            if r or values == "int8":  # int8: the small tensors' rounding is owed too
                 self.err[name] = torch.zeros(rows, cols)
         #: the round whose phase 1 gave our Q (-1: the seeded ones)
         self.q_round = -1
@@ -78,7 +79,8 @@ class PowerSync:
         self._g: dict[str, torch.Tensor] = {}  #: this step's gradients, without the error
         self._p: dict[str, torch.Tensor] = {}
         self._dense: dict[str, torch.Tensor] = {}
-        self._own: dict[str, torch.Tensor] = {}  #: our phase 1 part, M^T P (int8: our own residual)
+        #: int8: what the wire carried of our parts (phase 1's Q', the small tensors whole), for our error
+        self._sent: dict[str, torch.Tensor] = {}
 
     def _shapes(self, phase: int) -> list[tuple[int, int]]:
         """The pieces of a phase, (rows, length of a row) each: phase 0 a matrix's P column by
@@ -111,13 +113,14 @@ class PowerSync:
         self._m, self._g = {}, {}
         for x in self.layout:
             g = grads[x.name].detach().float().reshape(x.rows, x.cols)
-            if x.rank:
-                m = g + self.err[x.name]
-                self._m[x.name], self._g[x.name] = m, g
-                out.append((m @ self.q[x.name]).t())  # column by column
-            else:
-                out.append(g.reshape(1, -1))
-        return self._pack(out)
+            m = g + self.err[x.name] if x.name in self.err else g
+            self._m[x.name], self._g[x.name] = m, g
+            out.append((m @ self.q[x.name]).t() if x.rank else m.reshape(1, -1))  # a factor column by column
+        data = self._pack(out)
+        if self.values == "int8":
+            self._sent = {x.name: piece.reshape(x.rows, x.cols)
+                          for x, piece in zip(self.layout, self._unpack(data, 0)) if not x.rank}
+        return data
 
     def _split0(self, mean0: bytes) -> None:
         """The network's mean P, orthonormalised, and the small tensors' mean, from phase 0."""
@@ -145,12 +148,16 @@ class PowerSync:
         the round's nodes are known, still holds the deviations: its subspace is off for a
         round, but the mean taken in it is of the gradients."""
         self._split0(mean0)
+        factored = [x for x in self.layout if x.rank]
         if clean:
-            self._m = dict(self._g)
-        self._own = {x.name: self._m[x.name].t() @ self._p[x.name] for x in self.layout if x.rank}
-        out = [own.t() for own in self._own.values()]  # column by column
-        # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
-        return self._pack(out) if out else to_wire([torch.zeros(1)], self.values)
+            self._m.update({x.name: self._g[x.name] for x in factored})
+        out = [(self._m[x.name].t() @ self._p[x.name]).t() for x in factored]  # column by column
+        if not out:  # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
+            return to_wire([torch.zeros(1)], self.values)
+        data = self._pack(out)
+        if self.values == "int8":
+            self._sent.update({x.name: piece.t() for x, piece in zip(factored, self._unpack(data, 1))})
+        return data
 
     def _approx(self, mean1: bytes, rnd: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """(the network's mean gradient, rank-r, for every tensor; the matrices' approximations),
@@ -173,19 +180,24 @@ class PowerSync:
         all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
         with a straggler, docs/BENCHMARKS.md).
 
-        With int8 values our error is our M less *our own* projection on the shared P (P Pᵀ M),
-        not less the mean's approximation P Q'ᵀ (PowerSGD's). Averaged over the nodes the two
-        are the same, so in exact arithmetic so is every later mean. But M − P Q'ᵀ also keeps
-        our lean from the mean within P, summed over every step: on skewed shards a node's
-        parts grew to about a thousand times the mean they sum to (docs/BENCHMARKS.md, "How far
-        rounding alone moves a seed"), more than int8's two digits can carry; our own
-        projection drops that lean at every step. With float16 it was measured and not kept
-        (no gain on the daemons)."""
+        With int8 values our error is our M less *our own* projection on the shared P as our
+        phase 1 part crossed the wire (P Q'_oursᵀ, Q'_ours = Mᵀ P rounded), not less the mean's
+        approximation P Q'ᵀ (PowerSGD's). Averaged over the nodes the two are the same but for
+        the reducer's rounding of the mean, so every later mean is too; the rounding of our
+        part is owed, not lost (as the small tensors' is: their error is what rounding left
+        out). But M − P Q'ᵀ also keeps our lean from the mean within P, summed over every step:
+        on skewed shards a node's parts grew to about a thousand times the mean they sum to
+        (docs/BENCHMARKS.md, "How far rounding alone moves a seed"), more than int8's two digits
+        can carry; our own projection drops that lean at every step. With float16 it was
+        measured and not kept (no gain on the daemons)."""
         grads, approx = self._approx(mean1, rnd)
         if included:
-            for name, a in approx.items():
-                own = self._p[name] @ self._own[name].t() if self.values == "int8" else a
-                self.err[name] = self._m[name] - own
+            for x in self.layout:
+                if self.values == "int8":
+                    sent = self._sent[x.name]
+                    self.err[x.name] = self._m[x.name] - (self._p[x.name] @ sent.t() if x.rank else sent)
+                elif x.rank:
+                    self.err[x.name] = self._m[x.name] - approx[x.name]
         return grads
 
     def rebuild(self, mean0: bytes, mean1: bytes, rnd: int) -> dict[str, torch.Tensor]:

@@ -67,8 +67,8 @@ def test_every_node_rebuilds_the_same_mean_and_error_feedback_keeps_the_sum(valu
     one = (outs[0][name] - mean[name]).norm() / mean[name].norm()
     total = (applied[name] - steps * mean[name]).norm() / (steps * mean[name]).norm()
     assert one > 0.3 and total < 0.1, (one, total)
-    bias = params[1][0]  # sent whole: its rounding is not owed (int8: half a step of its block's scale, twice)
-    atol = 1e-2 if values == "float16" else steps * float(mean[bias].abs().max()) / 127
+    bias = params[1][0]  # sent whole (with int8 its rounding is owed: the sum within a step of the mean's rounding)
+    atol = 1e-2 if values == "float16" else float(mean[bias].abs().max()) / 127
     assert torch.allclose(applied[bias], steps * mean[bias], rtol=1e-2, atol=atol)
     assert all(s.q_round == syncs[0].q_round >= 0 for s in syncs)
 
@@ -145,11 +145,12 @@ def test_a_node_leaving_does_not_pour_the_others_summed_deviations_into_the_mean
 
 
 def test_with_int8_a_nodes_error_keeps_none_of_its_lean_within_the_shared_factors() -> None:
-    """With int8 values each node's error is its M less its own projection on the shared P, so
-    Pᵀ err is zero: the node's lean from the mean within P is not summed from step to step
-    (with PowerSGD's M − P Q'ᵀ, float16's, it is: on skewed shards the parts grew to a thousand
-    times their mean, more digits than int8 has). Averaged over the nodes the errors are the
-    mean's residual either way, but for int8's rounding of the phase 1 mean."""
+    """With int8 values each node's error is its M less its own projection on the shared P (its
+    phase 1 part as rounded for the wire), so Pᵀ err is only that rounding: the node's lean
+    from the mean within P is not summed from step to step (with PowerSGD's M − P Q'ᵀ,
+    float16's, it is: on skewed shards the parts grew to a thousand times their mean, more
+    digits than int8 has). Averaged over the nodes the errors are the mean's residual either
+    way, but for the rounding of the phase 1 mean."""
     params = model_params(2)
     gen = torch.Generator().manual_seed(3)
     base = {n: torch.randn(p.shape, generator=gen) for n, p in params}
@@ -162,7 +163,7 @@ def test_with_int8_a_nodes_error_keeps_none_of_its_lean_within_the_shared_factor
         for _ in range(40):
             means = step(syncs, grads, reducer)
         lean[values] = max(float((s._p[name].t() @ s.err[name]).norm() / s.err[name].norm()) for s in syncs)
-    assert lean["int8"] < 1e-5 < 0.1 < lean["float16"], lean
+    assert lean["int8"] < 0.02 < 0.1 < lean["float16"], lean
     m_mean = sum(s._m[name] for s in syncs) / 3
     e_mean = sum(s.err[name] for s in syncs) / 3
     residual = m_mean - means[0][name].reshape(m_mean.shape)
