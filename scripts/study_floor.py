@@ -47,12 +47,35 @@ ROWS: dict[str, tuple[str, dict[str, object]]] = {
     # each node's error its own residual out of the shared P (the same mean; a node's lean no longer piles up)
     "sync6-local": ("study_sync.py", {"rank": 6, "value_bits": 16, "min_compression_rate": 2.0, "round_dense": True,
                                       "local_residual": True}),
+    # fewer bytes: lower ranks, and int8 factors (one scale a column), with each node's own residual
+    "sync2": ("study_sync.py", {"rank": 2, "value_bits": 16, "min_compression_rate": 2.0, "round_dense": True}),
+    "sync2-i8-local": ("study_sync.py", {"rank": 2, "value_bits": 8, "min_compression_rate": 2.0, "round_dense": True,
+                                         "local_residual": True}),
+    "sync6-i8-local": ("study_sync.py", {"rank": 6, "value_bits": 8, "min_compression_rate": 2.0, "round_dense": True,
+                                         "local_residual": True}),
+    "sync12-i8-local": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 2.0,
+                                          "round_dense": True, "local_residual": True}),
+    # the same, each node's rounding owed: of its Q' part, and of its whole tensors
+    "sync12-i8-owe": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 2.0,
+                                        "round_dense": True, "local_residual": True, "owe_rounding": True,
+                                        "dense_feedback": True}),
+    # int8 as the daemon's wire has it (blocks of 64 values a scale, each column its own)
+    "sync12-i8b": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 2.0, "round_dense": True,
+                                     "local_residual": True, "int8_blocks": True}),
+    "sync12-i8b-owe": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 2.0,
+                                         "round_dense": True, "local_residual": True, "owe_rounding": True,
+                                         "dense_feedback": True, "int8_blocks": True}),
+    # the daemon's int8 at the daemon's rank: half sync6's bytes
+    "sync6-i8b-owe": ("study_sync.py", {"rank": 6, "value_bits": 8, "min_compression_rate": 2.0,
+                                        "round_dense": True, "local_residual": True, "owe_rounding": True,
+                                        "dense_feedback": True, "int8_blocks": True}),
 }
 #: study_sync.py's options that make one row another, at their defaults: a record is a row's when
 #: every one of them is what the row sets, or its default where the row sets none
 SYNC_DEFAULTS: dict[str, object] = {"rank": 4, "value_bits": 0, "min_compression_rate": 1.0, "last_share": 1.0,
                                     "drop_last": False, "scaled": False, "round_dense": False,
-                                    "dense_feedback": False, "local_residual": False}
+                                    "dense_feedback": False, "local_residual": False,
+                                    "owe_rounding": False, "int8_blocks": False}
 
 
 def options(opts: dict[str, object]) -> list[str]:

@@ -37,6 +37,21 @@ torch.set_num_threads(1)
 
 #: float16 with a power-of-two scale a tensor (--scaled): the tensor's largest entry near 2^14
 SCALED = False
+#: int8 as the daemon sends it (--int8-blocks; p2pnode/sync/values.py): blocks of 64 values a
+#: scale, each column of a factor (and each whole tensor) starting a block of its own
+BLOCKS = False
+
+
+def blockwise(t: torch.Tensor, block: int = 64) -> torch.Tensor:
+    """``t`` rounded to int8 in blocks of ``block`` values: a matrix (a factor, rows x rank) column
+    by column, any other tensor flat, each padded with zeros to whole blocks."""
+    cols = t.t() if t.dim() == 2 else t.reshape(1, -1)
+    n = cols.shape[1]
+    padded = F.pad(cols, (0, -n % block)).reshape(cols.shape[0], -1, block)
+    scale = (padded.abs().amax(2, keepdim=True) / 127).float()
+    out = torch.where(scale > 0, torch.round(padded / torch.where(scale > 0, scale, 1.0)) * scale, 0.0)
+    out = out.reshape(cols.shape[0], -1)[:, :n]
+    return out.t().contiguous() if t.dim() == 2 else out.reshape(t.shape)
 
 
 def rounded(t: torch.Tensor, bits: int) -> torch.Tensor:
@@ -53,6 +68,8 @@ def rounded(t: torch.Tensor, bits: int) -> torch.Tensor:
                 shift = 14 - torch.frexp(torch.tensor(peak)).exponent.item()
                 return torch.ldexp(torch.ldexp(t, torch.tensor(shift)).half().float(), torch.tensor(-shift))
         return t.half().float()
+    if BLOCKS:
+        return blockwise(t)
     levels = 2 ** (bits - 1) - 1
     scale = t.abs().amax(0, keepdim=True).clamp_min(1e-12) / levels
     return torch.round(t / scale) * scale
@@ -116,12 +133,16 @@ def run(args: argparse.Namespace) -> dict:
                 qs[k] = torch.randn(cols, r, generator=gen)
             pm = rounded(sum(rounded(m @ qs[k], args.value_bits) for m in ms) / n, args.value_bits)
             pm, _ = torch.linalg.qr(pm)
-            qm = rounded(sum(rounded(m.t() @ pm, args.value_bits) for m in ms) / n, args.value_bits)
+            parts = [rounded(m.t() @ pm, args.value_bits) for m in ms]
+            qm = rounded(sum(parts) / n, args.value_bits)
             qs[k] = qm
             approx = pm @ qm.t()
             sent += (rows + cols) * r * (args.value_bits or 32) / 32
             for i in range(n):  # --local-residual: the node's own M less its projection on the shared P
-                own = pm @ (ms[i].t() @ pm).t() if args.local_residual else approx
+                if args.local_residual:  # --owe-rounding: less its part as rounded, so the rounding is owed
+                    own = pm @ (parts[i] if args.owe_rounding else ms[i].t() @ pm).t()
+                else:
+                    own = approx
                 err[i][k] = (ms[i] - own).reshape(p.shape)
             p.grad = approx.reshape(p.shape).clone()
         if args.clip > 0:  # as the study's DDP anchor (--ddp-clip 5): the mean gradient clipped
@@ -157,9 +178,14 @@ def main() -> None:
                     help="each node's error is its own M less M's projection on the shared P (the mean of these "
                          "is the mean's residual, as with the usual M - P Q'^T, but a node's own lean within P "
                          "no longer piles up in its error)")
+    ap.add_argument("--owe-rounding", action="store_true",
+                    help="with --local-residual: the projection is of the node's part as rounded for the wire, so "
+                         "the rounding of its part is owed (error feedback) rather than lost")
+    ap.add_argument("--int8-blocks", action="store_true",
+                    help="--value-bits 8 as the daemon's wire has it: blocks of 64 values a scale, each column its own")
     args = ap.parse_args()
-    global SCALED
-    SCALED = args.scaled
+    global SCALED, BLOCKS
+    SCALED, BLOCKS = args.scaled, args.int8_blocks
     res = run(args)
     print(json.dumps(res))
     append_jsonl(args.jsonl, res)
