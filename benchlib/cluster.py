@@ -314,6 +314,10 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
                 killed, restarted = None, True
             if all(i in last and finished(last[i]) for i in range(nodes) if i != killed):
                 break
+            for i, node in enumerate(cluster.nodes):  # a node that exits unbidden fails the run now, not at timeout
+                if i != killed and node.proc is not None and node.proc.poll() is not None:
+                    tail = node.log_path.read_text(errors="replace")[-800:] if node.log_path.exists() else ""
+                    raise RuntimeError(f"{node.name} exited ({node.proc.returncode}) before training was done:\n{tail}")
             time.sleep(1.0)
     wall = time.monotonic() - start
     live = [i for i in range(nodes) if i != killed]
