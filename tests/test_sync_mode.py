@@ -46,7 +46,7 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     a.wait_ready()
     status, _, _ = http_request(a.addr, "POST", "/v1/sync?phase=0&round=-1&from=stranger", f16(1, 2))
     assert status == 403  # not a member: refused from the headers, as a model push
-    b = cluster("b", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any"])
+    b = cluster("b", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any", "--set", "exchange.sync_values=float16"])
     b.wait_ready()
     for query, body in [("phase=0&from=x", f16(1)), ("phase=3&round=0&from=x", f16(1)),
                         ("phase=0&round=zero&from=x", f16(1)), ("phase=0&round=-1&from=x", b"\x00"),
@@ -71,10 +71,10 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert out["pace"] == 0.0  # no node's step time known yet (stub workers send none)
     shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", b.addr], capture_output=True, text=True,
                            timeout=60, check=True).stdout
-    assert "sync      powersgd rank 8 float16" in shown and "failures 0" in shown, shown
-    # int8 values (exchange.sync_values): float16 bytes are refused, int8 ones averaged and
-    # answered as int8
-    c = cluster("c", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any", "--set", "exchange.sync_values=int8"])
+    assert "sync      powersgd rank 12 float16" in shown and "failures 0" in shown, shown
+    # int8 values (exchange.sync_values, the default): float16 bytes are refused, int8 ones
+    # averaged and answered as int8
+    c = cluster("c", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any"])
     c.wait_ready()
     status, _, _ = http_request(c.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", f16(*range(100)))
     assert status == 400
@@ -94,7 +94,8 @@ def test_a_reducer_not_joined_yet_holds_contributions_until_it_knows_their_sende
     a = cluster("a", extra=[*STUB, *SYNC])
     a_id = a.wait_ready()["node_id"]
     a.stop()  # its id stays in its state dir; its address is c's only seed
-    c = cluster("c", seeds=[a.addr], extra=[*STUB, "--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=6"])
+    c = cluster("c", seeds=[a.addr], extra=[*STUB, "--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=6",
+                                           "--set", "exchange.sync_values=float16"])
     wait_for(lambda: c.status()["training"]["worker_alive"], 60, "c's worker")
     assert not c.status()["joined"]  # its seed is down: the join is retried with back-off
     with ThreadPoolExecutor(2) as pool:
@@ -119,9 +120,9 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
     a loaded machine slows for a few steps is rightly left out of rounds and replays them (a
     reducer even stands down: CI saw one take 13 rounds of 20); what is checked here is that
     nodes waited for are in every round, not the machine's load (that policy has its own tests).
-    With int8 values (the other tests of real nodes here run float16's): every node rebuilds the
-    same means from them, so all end on one model to the bit."""
-    run = [*SYNC, "--set", "exchange.sync_rank=4", "--set", "exchange.sync_values=int8",
+    With float16 values (the other tests of real nodes here run the default, int8): every node
+    rebuilds the same means from them, so all end on one model to the bit."""
+    run = [*SYNC, "--set", "exchange.sync_rank=4", "--set", "exchange.sync_values=float16",
            "--set", "exchange.sync_timeout=5", "--set", "training.min_peers=2",
            "--set", "training.max_samples=1280", "--set", "training.eval_every=0",
            "--set", "exchange.sync_wait_for_slow=always"]

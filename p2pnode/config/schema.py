@@ -203,13 +203,14 @@ class ExchangeConfig(Table):
     #: nodes, up to sync_timeout (a dead or late node is left out of that step). "none": no
     #: all-reduce, gossip as configured (the default). docs/ALGORITHMS.md, "Synchronous PowerSGD"
     sync: Literal["none", "powersgd"] = "none"
-    #: rank of PowerSGD's approximation of each weight matrix's mean gradient
-    sync_rank: Positive = 8
-    #: the factors' values on the wire, both ways: "float16" or "int8" (one byte a value, one
-    #: float32 scale a block of 64: about half float16's bytes, so twice the rank for the same
-    #: bytes; each node's error is then its own residual, p2pnode/sync/powersgd.py). Every node
-    #: of a cluster must say the same (others' contributions are refused)
-    sync_values: Literal["float16", "int8"] = "float16"
+    #: rank of PowerSGD's approximation of each weight matrix's mean gradient (12 with int8
+    #: values: the bytes of rank 6 in float16, and nearer DDP; docs/ALGORITHMS.md)
+    sync_rank: Positive = 12
+    #: the factors' values on the wire, both ways: "int8" (one byte a value, one float32 scale
+    #: a block of 64: about half float16's bytes, so twice the rank for the same bytes; each
+    #: node's error is then its own residual, its rounding owed, p2pnode/sync/powersgd.py) or
+    #: "float16". Every node of a cluster must say the same (others' contributions are refused)
+    sync_values: Literal["float16", "int8"] = "int8"
     #: seconds the reducer waits for the last contributions of a step after the first
     sync_timeout: Seconds = 2.0
     #: a node slower than the others' median step trains on a part of each batch (down to an
