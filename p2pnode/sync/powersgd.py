@@ -5,12 +5,14 @@ Vogels, Karimireddy, Jaggi 2019 (*PowerSGD*), as PyTorch's DDP comm hook runs it
 matrix M (its gradient plus this node's error feedback, what earlier approximations left out)
 gives P = M Q; the nodes' P are averaged (phase 0), orthonormalised, and give Q' = Mᵀ P, averaged
 too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximation of the mean
-gradient, and keeps M − P Q'ᵀ as its error. Q' warm-starts the next step. Vectors (biases) and
+gradient, and keeps M − P Q'ᵀ as its error (with int8 values, its own residual: ``finish``).
+Q' warm-starts the next step. Vectors (biases) and
 matrices that factoring would not halve travel whole in phase 0 (the hook's
 ``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
-6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as float16, or as
-int8 in blocks (``exchange.sync_values``, ``sync/values.py``); each factor column by column, so
-that an int8 block lies within a column, whose values are of one magnitude.
+6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as int8 in blocks
+(the default) or float16 (``exchange.sync_values``, ``sync/values.py``); each factor column by
+column, each column (and small tensor) its own int8 blocks, so that a block's values are of one
+magnitude.
 
 Every node must hold the same Q: they start from ``training.seed`` and each phase 1's mean
 replaces them; a node whose Q fell behind (it missed a round) is sent the current ones
