@@ -47,10 +47,10 @@ def encode(flat: np.ndarray, kind: str) -> bytes:
     blocks = math.ceil(n / BLOCK)
     padded = np.zeros(blocks * BLOCK, dtype=np.float64)
     padded[:n] = flat
-    padded = padded.reshape(blocks, BLOCK)
-    scale = (np.abs(padded).max(axis=1) / 127.0).astype(np.float32)  # as it crosses: the values divide by it
+    rows = padded.reshape(blocks, BLOCK)
+    scale = (np.abs(rows).max(axis=1) / 127.0).astype(np.float32)  # as it crosses: the values divide by it
     safe = np.where(scale > 0, scale, 1.0)[:, None]
-    q = np.clip(np.rint(padded / safe), -127, 127).astype("i1").reshape(-1)[:n]
+    q = np.clip(np.rint(rows / safe), -127, 127).astype("i1").reshape(-1)[:n]
     return np.uint32(n).astype("<u4").tobytes() + scale.astype("<f4").tobytes() + q.tobytes()
 
 
