@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from benchlib.results import append_jsonl
+from p2pnode.sync.values import decode, encode
 
 torch.set_num_threads(1)
 
@@ -42,15 +43,11 @@ SCALED = False
 BLOCKS = False
 
 
-def blockwise(t: torch.Tensor, block: int = 64) -> torch.Tensor:
-    """``t`` rounded to int8 in blocks of ``block`` values: a matrix (a factor, rows x rank) column
-    by column, any other tensor flat, each padded with zeros to whole blocks."""
+def blockwise(t: torch.Tensor) -> torch.Tensor:
+    """``t`` rounded to int8 by the daemon's own codec: a matrix (a factor, rows x rank) column
+    by column, any other tensor flat, each its own blocks (as ``PowerSync`` pads them)."""
     cols = t.t() if t.dim() == 2 else t.reshape(1, -1)
-    n = cols.shape[1]
-    padded = F.pad(cols, (0, -n % block)).reshape(cols.shape[0], -1, block)
-    scale = (padded.abs().amax(2, keepdim=True) / 127).float()
-    out = torch.where(scale > 0, torch.round(padded / torch.where(scale > 0, scale, 1.0)) * scale, 0.0)
-    out = out.reshape(cols.shape[0], -1)[:, :n]
+    out = torch.stack([torch.from_numpy(decode(encode(c.numpy(), "int8"), "int8")).float() for c in cols])
     return out.t().contiguous() if t.dim() == 2 else out.reshape(t.shape)
 
 

@@ -75,6 +75,7 @@ class PowerSync:
                 self.q[name] = torch.randn(cols, r, generator=gen)
             if r or values == "int8":  # int8: the small tensors' rounding is owed too
                 self.err[name] = torch.zeros(rows, cols)
+        self._factored = [x for x in self.layout if x.rank]  #: the matrices with factors (phase 1's pieces)
         #: the round whose phase 1 gave our Q (-1: the seeded ones)
         self.q_round = -1
         self._m: dict[str, torch.Tensor] = {}
@@ -89,7 +90,7 @@ class PowerSync:
         column (or a small tensor whole, one row), phase 1 its Q' column by column."""
         if phase == 0:
             return [(x.rank, x.rows) if x.rank else (1, x.rows * x.cols) for x in self.layout]
-        return [(x.rank, x.cols) for x in self.layout if x.rank]
+        return [(x.rank, x.cols) for x in self._factored]
 
     def _pad(self, n: int) -> int:
         """int8: every row of a piece starts a block of its own, so no block (one scale) mixes
@@ -101,6 +102,8 @@ class PowerSync:
 
     def _unpack(self, data: bytes, phase: int) -> list[torch.Tensor]:
         shapes = self._shapes(phase)
+        if not shapes:  # phase 1 of a model with no matrix to factor: its one zero carries nothing
+            return []
         flat = from_wire(data, sum(k * (n + self._pad(n)) for k, n in shapes), self.values)
         out, at = [], 0
         for k, n in shapes:
@@ -150,23 +153,21 @@ class PowerSync:
         the round's nodes are known, still holds the deviations: its subspace is off for a
         round, but the mean taken in it is of the gradients."""
         self._split0(mean0)
-        factored = [x for x in self.layout if x.rank]
         if clean:
-            self._m.update({x.name: self._g[x.name] for x in factored})
-        out = [(self._m[x.name].t() @ self._p[x.name]).t() for x in factored]  # column by column
+            self._m.update({x.name: self._g[x.name] for x in self._factored})
+        out = [(self._m[x.name].t() @ self._p[x.name]).t() for x in self._factored]  # column by column
         if not out:  # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
             return to_wire([torch.zeros(1)], self.values)
         data = self._pack(out)
         if self.values == "int8":
-            self._sent.update({x.name: piece.t() for x, piece in zip(factored, self._unpack(data, 1))})
+            self._sent.update({x.name: piece.t() for x, piece in zip(self._factored, self._unpack(data, 1))})
         return data
 
     def _approx(self, mean1: bytes, rnd: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         """(the network's mean gradient, rank-r, for every tensor; the matrices' approximations),
         from phase 1's mean Q; our Q and round move on to it."""
-        factored = [x for x in self.layout if x.rank]
         grads, approx = dict(self._dense), {}
-        for x, piece in zip(factored, self._unpack(mean1, 1) if factored else []):
+        for x, piece in zip(self._factored, self._unpack(mean1, 1)):
             q = piece.t()
             approx[x.name] = self._p[x.name] @ q.t()
             self.q[x.name] = q.clone()
@@ -212,7 +213,6 @@ class PowerSync:
 
     def resync(self, mean1: bytes, rnd: int) -> None:
         """The current Q from the reducer (ours were older): the next step uses these."""
-        factored = [x for x in self.layout if x.rank]
-        for x, piece in zip(factored, self._unpack(mean1, 1) if factored else []):
+        for x, piece in zip(self._factored, self._unpack(mean1, 1)):
             self.q[x.name] = piece.t().clone()
         self.q_round = rnd

@@ -9,7 +9,8 @@ runs in the daemon.
   what the synchronous mode's gap to DDP is made of (docs/BENCHMARKS.md, "int8 factors at twice
   the rank"). Blocks rather than one scale a tensor because a factor's columns differ by orders
   of magnitude (the first singular direction carries the most): the worker sends each factor
-  column by column (``sync/powersgd.py``), so a block lies within one column or two.
+  column by column, each column padded to whole blocks (``sync/powersgd.py``), so a block lies
+  within one column.
 - ``float32``: the models after training (the final mean is not rounded).
 
 An int8 value is ``<u4`` count, the blocks' ``<f4`` scales, then the ``i1`` values.
