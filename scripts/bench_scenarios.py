@@ -105,6 +105,11 @@ VARIANTS: dict[str, list[str]] = {
     # rank 6 at about half sync6's bytes, rank 12 at about the same
     **{f"sync{r}-i8": ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={r}",
                        "--set", "exchange.sync_values=int8", "--set", "training.min_peers=3"] for r in (6, 12)},
+    # no factoring at all: every tensor whole in int8 blocks, its rounding owed (a rank no matrix
+    # of the small CNN reaches): DDP's mean but for int8 rounding, ~11x sync12-i8's bytes; to tell
+    # the daemon's pipeline from PowerSGD's approximation
+    "sync-whole-i8": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=100000",
+                      "--set", "exchange.sync_values=int8", "--set", "training.min_peers=3"],
     # a slower node trains on a part of each batch to keep the others' pace (exchange.sync_keep_pace)
     "sync6-pace": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
                    "--set", "exchange.sync_keep_pace=true"],

@@ -69,6 +69,14 @@ ROWS: dict[str, tuple[str, dict[str, object]]] = {
     "sync6-i8b-owe": ("study_sync.py", {"rank": 6, "value_bits": 8, "min_compression_rate": 2.0,
                                         "round_dense": True, "local_residual": True, "owe_rounding": True,
                                         "dense_feedback": True, "int8_blocks": True}),
+    # the convolution sent whole (a matrix factored only when that divides it by 5, or by 7 at
+    # rank 8): where the rank's cost sits; at rank 12 a third more bytes, at rank 8 about the same
+    "sync12-i8b-owe-mc5": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 5.0,
+                                             "round_dense": True, "local_residual": True, "owe_rounding": True,
+                                             "dense_feedback": True, "int8_blocks": True}),
+    "sync8-i8b-owe-mc7": ("study_sync.py", {"rank": 8, "value_bits": 8, "min_compression_rate": 7.0,
+                                            "round_dense": True, "local_residual": True, "owe_rounding": True,
+                                            "dense_feedback": True, "int8_blocks": True}),
 }
 #: study_sync.py's options that make one row another, at their defaults: a record is a row's when
 #: every one of them is what the row sets, or its default where the row sets none
