@@ -110,7 +110,7 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
                                             classes=[0, 0, 30, 70]))
 
     async def hangs(request: web.Request) -> web.Response:
-        await asyncio.sleep(3)  # far past the view's 0.3 s timeout; the server waits it out at cleanup
+        await asyncio.sleep(3)  # far past the view's 1 s timeout; the server waits it out at cleanup
         return web.json_response({})
 
     async def garbage(request: web.Request) -> web.Response:
@@ -126,7 +126,7 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
     client = PeerClient()
     view = ClusterView("a", lambda: status_doc("a", own["samples"], peers={"b": {"bytes_received": 500}},
                                                classes=[50, 50, 0, 0]),
-                       lambda: members, client, ClusterLimits(max_nodes=8, timeout=0.3, cache_s=0.0))
+                       lambda: members, client, ClusterLimits(max_nodes=8, timeout=1.0, cache_s=0.0))
     try:
         first = await view.build()
         rows = {r["node_id"]: r for r in first["nodes"]}
@@ -139,7 +139,7 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
         # are left out), and the view says what to do about it
         assert rows["a"]["label_skew"] == rows["b"]["label_skew"] == 1.0 and rows["c"]["label_skew"] is None
         assert first["advice"] and "exchange.sync" in first["advice"] and "1.00 apart" in first["advice"]
-        assert "no answer within 0.3 s" in rows["c"]["error"] and not rows["c"]["reachable"]
+        assert "no answer within 1 s" in rows["c"]["error"] and not rows["c"]["reachable"]
         assert rows["d"]["error"] == "status is not JSON"
         assert rows["e"]["state"] == "dead" and rows["e"]["error"] is None  # not asked: known dead
         recent = {(e["src"], e["dst"]): e["bytes_recent"] for e in first["edges"]}
