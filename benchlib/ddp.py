@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -58,6 +58,10 @@ class DdpRun:
     #: the ring all-reduce's chunks, so its four-way sum is taken in another order: the same run to
     #: within float32 rounding, which shows how far rounding alone moves a seed's result
     bucket_cap_mb: float = 25.0
+    #: the ranks' batch orders: "own" (drawn here) or "p2pnode" (from the generator a node of the
+    #: same shard and training.seed draws its batches from, p2pnode/worker/training.py): then DDP and
+    #: a p2pnode run start from the same model and see the same batches in the same order
+    order: str = "own"
 
     @property
     def steps(self) -> int:
@@ -110,6 +114,29 @@ def run_ddp(run: DdpRun, place: Place = loopback, wait: float = 3600.0,
 # --- one rank (in its own process) ----------------------------------------------------------
 
 
+def batch_stream_seed(run: DdpRun, rank: int) -> int:
+    """The seed of a rank's batch order (``DdpRun.order``)."""
+    if run.order == "p2pnode":
+        from p2pnode.worker.training import batch_seed
+
+        return batch_seed(run.seed, rank)
+    return rank + 1 + 1000 * run.seed
+
+
+def batch_stream(size: int, seed: int) -> Iterator[Any]:
+    """Batches of indices forever, a new permutation each pass and a short tail skipped: as a
+    p2pnode node draws them (p2pnode/tasks/loader.py, EndlessBatches) from the same seed."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    order, pos = torch.randperm(size, generator=gen), 0
+    while True:
+        if pos + BATCH > len(order):
+            order, pos = torch.randperm(size, generator=gen), 0
+        yield order[pos:pos + BATCH]
+        pos += BATCH
+
+
 def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: float, progress: list[int],
            steplog: Any = None) -> int:
     """The training loop; returns the steps done (fewer when ``max_seconds`` struck)."""
@@ -117,9 +144,8 @@ def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: floa
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    gen = torch.Generator().manual_seed(rank + 1 + 1000 * run.seed)
+    batches = batch_stream(len(train), batch_stream_seed(run, rank))
     kill_at = run.kill_at if rank == run.workers - 1 else 0
-    order, pos = torch.randperm(len(train), generator=gen), 0
     for step in range(run.steps):
         progress[0] = step
         if kill_at and step == kill_at:
@@ -129,10 +155,7 @@ def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: floa
             dist.all_reduce(flag)
             if flag.item() > 0:
                 return step
-        if pos + BATCH > len(order):
-            order, pos = torch.randperm(len(train), generator=gen), 0
-        idx = order[pos:pos + BATCH]
-        pos += BATCH
+        idx = next(batches)
         lr = run.lr * 0.5 * (1 + math.cos(math.pi * step / run.steps))
         if step * BATCH < run.warmup_samples:  # p2pnode's linear warm-up (p2pnode/worker/training.py)
             lr *= (step * BATCH + BATCH) / (run.warmup_samples + BATCH)

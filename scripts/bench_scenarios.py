@@ -257,7 +257,7 @@ class Row:
 
 def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topology | None, seed: int = 0) -> Row:
     run = DdpRun(workers=args.nodes, samples=args.samples, partition=sc.partition, partition_seed=args.partition_seed,
-                 seed=seed, bucket_cap_mb=args.ddp_bucket_mb,
+                 seed=seed, bucket_cap_mb=args.ddp_bucket_mb, order=args.ddp_order,
                  kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0)
     on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5, args.slow_period)) if sc.straggler else None
     before = topo.counters()[0] if topo else 0
@@ -268,6 +268,8 @@ def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topolo
               seconds=d.get("seconds"))
     if args.ddp_bucket_mb != DdpRun.bucket_cap_mb:
         row.system += f", buckets of {args.ddp_bucket_mb:g} MB"
+    if args.ddp_order != DdpRun.order:
+        row.system += ", p2pnode's batch order"
     if "failed" in d:
         row.note = f"failed at step {d.get('steps')}/{d.get('of_steps')}: {d['failed'][:80]}"
     elif d["steps"] < d["of_steps"]:
@@ -344,6 +346,9 @@ def main() -> int:
     ap.add_argument("--ddp-bucket-mb", type=float, default=DdpRun.bucket_cap_mb,
                     help="DDP's bucket size: another than its default 25 sums each element in another order "
                          "(how far float32 rounding alone moves a seed's result)")
+    ap.add_argument("--ddp-order", choices=["own", "p2pnode"], default=DdpRun.order,
+                    help="DDP's batch orders: its own, or the ones p2pnode's nodes draw for the same seed (the "
+                         "same batches in the same order: the two systems then differ only in how they average)")
     ap.add_argument("--ddp-only", action="store_true", help="run DDP alone, no p2pnode variant")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")

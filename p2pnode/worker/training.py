@@ -38,6 +38,12 @@ def build_optimizer(name: str, model: torch.nn.Module, lr: float, momentum: floa
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
 
 
+def batch_seed(seed: int, shard_index: int) -> int:
+    """The seed of a node's batch stream: its own for each shard, the same at every restart
+    (``seek``), and what benchlib/ddp.py draws from to give DDP's ranks the nodes' batches."""
+    return seed * 7919 + shard_index
+
+
 class ShardTrainer:
     """Model, optimizer, gradient compression and the shard, stepped one batch at a time."""
 
@@ -113,7 +119,7 @@ class ShardTrainer:
         the same seed), whatever was drawn before."""
         t = self.cfg.training
         self._batches = None  # a reader process of the old stream ends with it
-        self._gen = torch.Generator().manual_seed(t.seed * 7919 + self._shard_index)
+        self._gen = torch.Generator().manual_seed(batch_seed(t.seed, self._shard_index))
         self._batches = loader.train_batches(self.task, self.train_split, t.batch_size, self._gen, t.loader_workers,
                                              max(0, drawn))
         self.drawn = max(0, drawn)
@@ -216,7 +222,7 @@ class ShardTrainer:
         count = self.cfg.training.bn_refresh
         if count <= 0 or not batchnorm_layers(self.model):
             return 0
-        gen = torch.Generator().manual_seed(self.cfg.training.seed * 7919 + self._shard_index + 104729)
+        gen = torch.Generator().manual_seed(batch_seed(self.cfg.training.seed, self._shard_index) + 104729)
         stream = loader.train_batches(self.task, self.train_split, self.cfg.training.batch_size, gen, 0)
         batches = (loader.to_device(b, self.device) for b in stream)
         return refresh_batchnorm(self.model, batches, count, self.task.loss)
