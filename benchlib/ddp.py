@@ -54,10 +54,12 @@ class DdpRun:
     #: same steps: without them DDP at lr 0.2 and momentum 0.9 ended at chance with seed 1 (IID)
     warmup_samples: int = 3200
     grad_clip: float = 5.0
-    #: DDP's bucket size (its default 25). Another size moves where each gradient element sits in
-    #: the ring all-reduce's chunks, so its four-way sum is taken in another order: the same run to
-    #: within float32 rounding, which shows how far rounding alone moves a seed's result
-    bucket_cap_mb: float = 25.0
+    #: DDP's bucket size in MiB; 0: DDP's default (25, with a first bucket of 1). Another size
+    #: moves where each gradient element sits in the ring all-reduce's chunks, so its four-way sum
+    #: is taken in another order: the same run to within float32 rounding, which shows how far
+    #: rounding alone moves a seed's result. (Any size given, 25 too, drops the small first
+    #: bucket: DDP makes it only when bucket_cap_mb is left unset)
+    bucket_cap_mb: float = 0.0
     #: the ranks' batch orders: "own" (drawn here) or "p2pnode" (from the generator a node of the
     #: same shard and training.seed draws its batches from, p2pnode/worker/training.py): then DDP and
     #: a p2pnode run start from the same model and see the same batches in the same order
@@ -185,7 +187,7 @@ def rank_main(run: DdpRun, rank: int, master: str) -> dict[str, Any] | None:
     dist.init_process_group("gloo", rank=rank, world_size=run.workers)
     train = shard(fashion_mnist(True), rank, run.workers, run.partition, run.partition_seed)
     torch.manual_seed(run.seed)
-    model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"), bucket_cap_mb=run.bucket_cap_mb)
+    model = torch.nn.parallel.DistributedDataParallel(build_model("cnn"), bucket_cap_mb=run.bucket_cap_mb or None)
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=MOMENTUM)
     grad_bytes = sum(p.numel() * 4 for p in model.parameters())
     from benchlib.steplog import StepLog

@@ -344,8 +344,8 @@ def main() -> int:
     ap.add_argument("--stagger", type=float, default=0.0,
                     help="start p2pnode's node i this many seconds x i after node 0 (DDP cannot: its ranks wait)")
     ap.add_argument("--ddp-bucket-mb", type=float, default=DdpRun.bucket_cap_mb,
-                    help="DDP's bucket size: another than its default 25 sums each element in another order "
-                         "(how far float32 rounding alone moves a seed's result)")
+                    help="DDP's bucket size in MiB (0: DDP's default, 25 with a first bucket of 1): another sums "
+                         "each element in another order (how far float32 rounding alone moves a seed's result)")
     ap.add_argument("--ddp-order", choices=["own", "p2pnode"], default=DdpRun.order,
                     help="DDP's batch orders: its own, or the ones p2pnode's nodes draw for the same seed (the "
                          "same batches in the same order: the two systems then differ only in how they average)")
