@@ -77,13 +77,17 @@ ROWS: dict[str, tuple[str, dict[str, object]]] = {
     "sync8-i8b-owe-mc7": ("study_sync.py", {"rank": 8, "value_bits": 8, "min_compression_rate": 7.0,
                                             "round_dense": True, "local_residual": True, "owe_rounding": True,
                                             "dense_feedback": True, "int8_blocks": True}),
+    # ACP-SGD: one factor a step (one all-reduce, not two), at twice the rank for about the same bytes
+    "sync24-i8b-owe-alt": ("study_sync.py", {"rank": 24, "value_bits": 8, "min_compression_rate": 2.0,
+                                             "round_dense": True, "local_residual": True, "owe_rounding": True,
+                                             "dense_feedback": True, "int8_blocks": True, "alternate": True}),
 }
 #: study_sync.py's options that make one row another, at their defaults: a record is a row's when
 #: every one of them is what the row sets, or its default where the row sets none
 SYNC_DEFAULTS: dict[str, object] = {"rank": 4, "value_bits": 0, "min_compression_rate": 1.0, "last_share": 1.0,
                                     "drop_last": False, "scaled": False, "round_dense": False,
                                     "dense_feedback": False, "local_residual": False,
-                                    "owe_rounding": False, "int8_blocks": False}
+                                    "owe_rounding": False, "int8_blocks": False, "alternate": False}
 
 
 def options(opts: dict[str, object]) -> list[str]:
