@@ -33,6 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib.results import table  # noqa: E402
 
+#: the daemon's synchronous mode as it runs by default, but for the rank: int8 in blocks, each
+#: node's error its own residual with its rounding owed, the small tensors whole and rounded
+I8B_OWED: dict[str, object] = {"value_bits": 8, "min_compression_rate": 2.0, "round_dense": True,
+                               "local_residual": True, "owe_rounding": True, "dense_feedback": True,
+                               "int8_blocks": True}
 #: the rows of the study: name -> (script, the options it sets, as the script's record has them)
 ROWS: dict[str, tuple[str, dict[str, object]]] = {
     "ddp": ("study_skew.py", {"algo": "ddp", "ddp_clip": 5.0}),
@@ -62,25 +67,15 @@ ROWS: dict[str, tuple[str, dict[str, object]]] = {
     # int8 as the daemon's wire has it (blocks of 64 values a scale, each column its own)
     "sync12-i8b": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 2.0, "round_dense": True,
                                      "local_residual": True, "int8_blocks": True}),
-    "sync12-i8b-owe": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 2.0,
-                                         "round_dense": True, "local_residual": True, "owe_rounding": True,
-                                         "dense_feedback": True, "int8_blocks": True}),
+    "sync12-i8b-owe": ("study_sync.py", {**I8B_OWED, "rank": 12}),
     # the daemon's int8 at the daemon's rank: half sync6's bytes
-    "sync6-i8b-owe": ("study_sync.py", {"rank": 6, "value_bits": 8, "min_compression_rate": 2.0,
-                                        "round_dense": True, "local_residual": True, "owe_rounding": True,
-                                        "dense_feedback": True, "int8_blocks": True}),
+    "sync6-i8b-owe": ("study_sync.py", {**I8B_OWED, "rank": 6}),
     # the convolution sent whole (a matrix factored only when that divides it by 5, or by 7 at
     # rank 8): where the rank's cost sits; at rank 12 a third more bytes, at rank 8 about the same
-    "sync12-i8b-owe-mc5": ("study_sync.py", {"rank": 12, "value_bits": 8, "min_compression_rate": 5.0,
-                                             "round_dense": True, "local_residual": True, "owe_rounding": True,
-                                             "dense_feedback": True, "int8_blocks": True}),
-    "sync8-i8b-owe-mc7": ("study_sync.py", {"rank": 8, "value_bits": 8, "min_compression_rate": 7.0,
-                                            "round_dense": True, "local_residual": True, "owe_rounding": True,
-                                            "dense_feedback": True, "int8_blocks": True}),
+    "sync12-i8b-owe-mc5": ("study_sync.py", {**I8B_OWED, "rank": 12, "min_compression_rate": 5.0}),
+    "sync8-i8b-owe-mc7": ("study_sync.py", {**I8B_OWED, "rank": 8, "min_compression_rate": 7.0}),
     # ACP-SGD: one factor a step (one all-reduce, not two), at twice the rank for about the same bytes
-    "sync24-i8b-owe-alt": ("study_sync.py", {"rank": 24, "value_bits": 8, "min_compression_rate": 2.0,
-                                             "round_dense": True, "local_residual": True, "owe_rounding": True,
-                                             "dense_feedback": True, "int8_blocks": True, "alternate": True}),
+    "sync24-i8b-owe-alt": ("study_sync.py", {**I8B_OWED, "rank": 24, "alternate": True}),
 }
 #: study_sync.py's options that make one row another, at their defaults: a record is a row's when
 #: every one of them is what the row sets, or its default where the row sets none
