@@ -126,17 +126,13 @@ def batch_stream_seed(run: DdpRun, rank: int) -> int:
 
 
 def batch_stream(size: int, seed: int) -> Iterator[Any]:
-    """Batches of indices forever, a new permutation each pass and a short tail skipped: as a
-    p2pnode node draws them (p2pnode/tasks/loader.py, EndlessBatches) from the same seed."""
+    """Batches of indices forever, as a p2pnode node draws them from the same seed: p2pnode's
+    own sampler (a new permutation each pass, a short tail skipped)."""
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-    order, pos = torch.randperm(size, generator=gen), 0
-    while True:
-        if pos + BATCH > len(order):
-            order, pos = torch.randperm(size, generator=gen), 0
-        yield order[pos:pos + BATCH]
-        pos += BATCH
+    from p2pnode.tasks.loader import EndlessBatches
+
+    return (torch.tensor(b) for b in EndlessBatches(size, BATCH, torch.Generator().manual_seed(seed)))
 
 
 def _train(model: Any, opt: Any, train: Any, run: DdpRun, rank: int, start: float, progress: list[int],
