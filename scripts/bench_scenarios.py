@@ -106,6 +106,9 @@ VARIANTS: dict[str, list[str]] = {
     # byte budget) to tell whether the rank is what the skewed shards' remaining gap is made of
     **{f"sync{r}-i8": ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={r}",
                        "--set", "exchange.sync_values=int8", "--set", "training.min_peers=3"] for r in (6, 12, 16, 24)},
+    # int4 (half a byte a value, the same blocks): rank 24 at about sync12-i8's bytes
+    "sync24-i4": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=24",
+                  "--set", "exchange.sync_values=int4", "--set", "training.min_peers=3"],
     # no factoring at all: every tensor whole in int8 blocks, its rounding owed (a rank no matrix
     # of the small CNN reaches): DDP's mean but for int8 rounding, ~11x sync12-i8's bytes; to tell
     # the daemon's pipeline from PowerSGD's approximation

@@ -2,8 +2,8 @@
 reducer and the means back, and is the reducer when this node has the lowest id.
 
 Daemon side, torch-free. ``POST /v1/sync?phase=P&round=R&from=ID`` (phase 0 or 1 of a step,
-2 the models after training) takes a contribution (float16 or
-int8 bytes, ``sync/values.py``) from a running member (the push guard's check, ``daemon/push.py``), under the HTTP body
+2 the models after training) takes a contribution (float16, int8 or
+int4 bytes, ``sync/values.py``) from a running member (the push guard's check, ``daemon/push.py``), under the HTTP body
 limit, and answers, once the phase closes, with msgpack ``{"round", "count", "included",
 "data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
 ``exchange.sync_timeout`` + ``exchange.timeout``: an unreachable reducer makes the worker take

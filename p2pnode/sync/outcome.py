@@ -1,5 +1,5 @@
 """What the synchronous mode's reducer is given and answers: a contribution's bytes, checked
-(``parse``: finite values, float16 or int8 (``exchange.sync_values``), or float32 for the
+(``parse``: finite values, float16, int8 or int4 (``exchange.sync_values``), or float32 for the
 models after training, as many as the round's other contributions have; else SyncRefused), and
 the ``Outcome`` every contributor gets back, from its own reducer or over HTTP
 (``sync/actor.py``). Daemon side, torch-free (numpy); ``sync/reducer.py`` holds the rounds."""
@@ -44,7 +44,7 @@ class Outcome:
 
 
 def wire_kind(phase: int, values: str) -> str:
-    """``values`` (exchange.sync_values: float16 or int8) for PowerSGD's factors; float32 for
+    """``values`` (exchange.sync_values: float16, int8 or int4) for PowerSGD's factors; float32 for
     the models after training (the final model is not rounded)."""
     return "float32" if phase == FINAL else values
 

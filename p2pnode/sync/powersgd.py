@@ -5,14 +5,14 @@ Vogels, Karimireddy, Jaggi 2019 (*PowerSGD*), as PyTorch's DDP comm hook runs it
 matrix M (its gradient plus this node's error feedback, what earlier approximations left out)
 gives P = M Q; the nodes' P are averaged (phase 0), orthonormalised, and give Q' = Mᵀ P, averaged
 too (phase 1); every node then steps along P Q'ᵀ, the same rank-r approximation of the mean
-gradient, and keeps M − P Q'ᵀ as its error (with int8 values, its own residual: ``finish``).
+gradient, and keeps M − P Q'ᵀ as its error (with int8 or int4 values, its own residual: ``finish``).
 Q' warm-starts the next step. Vectors (biases) and
 matrices that factoring would not halve travel whole in phase 0 (the hook's
 ``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
-6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as int8 in blocks
-(the default) or float16 (``exchange.sync_values``, ``sync/values.py``); each factor column by
-column, each column (and small tensor) its own int8 blocks, so that a block's values are of one
-magnitude.
+6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as int4 in blocks
+(the default, at rank 24), int8 in blocks or float16 (``exchange.sync_values``,
+``sync/values.py``); each factor column by column, each column (and small tensor) its own
+blocks, so that a block's values are of one magnitude.
 
 Every node must hold the same Q: they start from ``training.seed`` and each phase 1's mean
 replaces them; a node whose Q fell behind (it missed a round) is sent the current ones
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from p2pnode.sync.values import BLOCK, BadValues, decode, encode
+from p2pnode.sync.values import BLOCK, LEVELS, BadValues, decode, encode
 
 
 #: a matrix is factored only when that divides its size by at least this (PyTorch's hook's default)
@@ -58,8 +58,11 @@ def from_wire(data: bytes, size: int, kind: str = "float16") -> torch.Tensor:
 
 class PowerSync:
     def __init__(self, named: list[tuple[str, torch.Tensor]], rank: int, seed: int, values: str = "float16") -> None:
-        #: the values on the wire (exchange.sync_values); int8 also makes our error our own residual
+        #: the values on the wire (exchange.sync_values)
         self.values = values
+        #: values in blocks with a scale each (int8, int4): their rounding is owed, and our error is
+        #: our own residual (``finish``)
+        self.blocked = values in LEVELS
         gen = torch.Generator().manual_seed(seed)
         self.layout: list[_Layout] = []
         self.q: dict[str, torch.Tensor] = {}
@@ -73,7 +76,7 @@ class PowerSync:
             self.layout.append(_Layout(name, tuple(p.shape), rows, cols, r))
             if r:
                 self.q[name] = torch.randn(cols, r, generator=gen)
-            if r or values == "int8":  # int8: the small tensors' rounding is owed too
+            if r or self.blocked:  # int8 / int4: the small tensors' rounding is owed too
                 self.err[name] = torch.zeros(rows, cols)
         self._factored = [x for x in self.layout if x.rank]  #: the matrices with factors (phase 1's pieces)
         #: the round whose phase 1 gave our Q (-1: the seeded ones)
@@ -82,7 +85,7 @@ class PowerSync:
         self._g: dict[str, torch.Tensor] = {}  #: this step's gradients, without the error
         self._p: dict[str, torch.Tensor] = {}
         self._dense: dict[str, torch.Tensor] = {}
-        #: int8: what the wire carried of our parts (phase 1's Q', the small tensors whole), for our error
+        #: int8 / int4: what the wire carried of our parts (phase 1's Q', the small tensors whole), for our error
         self._sent: dict[str, torch.Tensor] = {}
 
     def _shapes(self, phase: int) -> list[tuple[int, int]]:
@@ -93,9 +96,9 @@ class PowerSync:
         return [(x.rank, x.cols) for x in self._factored]
 
     def _pad(self, n: int) -> int:
-        """int8: every row of a piece starts a block of its own, so no block (one scale) mixes
+        """int8, int4: every row of a piece starts a block of its own, so no block (one scale) mixes
         two columns or two tensors, whose magnitudes may be orders apart."""
-        return -n % BLOCK if self.values == "int8" else 0
+        return -n % BLOCK if self.blocked else 0
 
     def _pack(self, pieces: list[torch.Tensor]) -> bytes:
         return to_wire([F.pad(t, (0, self._pad(t.shape[1]))) for t in pieces], self.values)
@@ -122,7 +125,7 @@ class PowerSync:
             self._m[x.name], self._g[x.name] = m, g
             out.append((m @ self.q[x.name]).t() if x.rank else m.reshape(1, -1))  # a factor column by column
         data = self._pack(out)
-        if self.values == "int8":
+        if self.blocked:
             self._sent = {x.name: piece.reshape(x.rows, x.cols)
                           for x, piece in zip(self.layout, self._unpack(data, 0)) if not x.rank}
         return data
@@ -159,7 +162,7 @@ class PowerSync:
         if not out:  # a model with no matrix to factor still takes part in phase 1 (one zero, averaged away)
             return to_wire([torch.zeros(1)], self.values)
         data = self._pack(out)
-        if self.values == "int8":
+        if self.blocked:
             self._sent.update({x.name: piece.t() for x, piece in zip(self._factored, self._unpack(data, 1))})
         return data
 
@@ -183,7 +186,7 @@ class PowerSync:
         all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
         with a straggler, docs/BENCHMARKS.md).
 
-        With int8 values our error is our M less *our own* projection on the shared P as our
+        With int8 or int4 values our error is our M less *our own* projection on the shared P as our
         phase 1 part crossed the wire (P Q'_oursᵀ, Q'_ours = Mᵀ P rounded), not less the mean's
         approximation P Q'ᵀ (PowerSGD's). Averaged over the nodes the two are the same but for
         the reducer's rounding of the mean, so every later mean is too; the rounding of our
@@ -196,7 +199,7 @@ class PowerSync:
         grads, approx = self._approx(mean1, rnd)
         if included:
             for x in self.layout:
-                if self.values == "int8":
+                if self.blocked:
                     sent = self._sent[x.name]
                     self.err[x.name] = self._m[x.name] - (self._p[x.name] @ sent.t() if x.rank else sent)
                 elif x.rank:

@@ -3,7 +3,7 @@
 Daemon side, torch-free (numpy). Whichever node the others take for the reducer (the lowest
 node id among the running members, ``sync/actor.py``) collects each phase's contributions,
 waits until every node it expects has sent one or ``exchange.sync_timeout`` has passed since the
-first, and answers every contributor with the same mean, in float16 or int8
+first, and answers every contributor with the same mean, in float16, int8 or int4
 (``exchange.sync_values``, ``sync/values.py``). Who it expects: the
 members of the last round it closed that are still running (the first round: every running
 member). A node that misses a round (dead, slow or restarted) is left out of that round and
@@ -365,7 +365,7 @@ class Reducer:
         # summed in float64, so the order does not matter: node ids are random, and summed in
         # float32 in their sorted order two runs of one seed went apart (tests/sync/
         # test_reducer.py). Float16 parts sum exactly (each a multiple of 2**-24 below 2**16: up
-        # to 8192 of them fit float64's 53 bits), int8 parts nearly so (each a 7-bit value times
+        # to 8192 of them fit float64's 53 bits), int8 and int4 parts nearly so (each a 7- or 3-bit value times
         # a float32 scale: 31 bits), the models' float32 mean nearly so.
         names = sorted(bucket.parts)
         total = np.zeros(bucket.parts[names[0]].shape, dtype=np.float64)

@@ -11,9 +11,13 @@ runs in the daemon.
   of magnitude (the first singular direction carries the most): the worker sends each factor
   column by column, each column padded to whole blocks (``sync/powersgd.py``), so a block lies
   within one column.
+- ``int4``: half a byte a value, in the same blocks (values -7..7 a scale), two a byte: twice
+  int8's values again for the bytes, so twice the rank again.
 - ``float32``: the models after training (the final mean is not rounded).
 
-An int8 value is ``<u4`` count, the blocks' ``<f4`` scales, then the ``i1`` values.
+An int8 value is ``<u4`` count, the blocks' ``<f4`` scales, then the ``i1`` values; int4 the
+same head, then the values plus 8 two to a byte (the first in the low four bits; an odd count's
+last byte has 0 in its high bits).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import math
 
 import numpy as np
 
-KINDS = ("float16", "int8")
+KINDS = ("float16", "int8", "int4")
+#: the kinds sent in blocks of BLOCK values with a float32 scale each, and their largest level
+LEVELS = {"int8": 127, "int4": 7}
 #: values a scale covers in int8
 BLOCK = 64
 #: the largest float16: larger values are clipped to it rather than sent as infinities
@@ -42,25 +48,31 @@ def encode(flat: np.ndarray, kind: str) -> bytes:
         return flat.astype("<f4").tobytes()
     if kind == "float16":
         return np.clip(flat, -F16_MAX, F16_MAX).astype("<f2").tobytes()
-    if kind != "int8":
+    if kind not in LEVELS:
         raise ValueError(f"unknown value kind {kind!r}")
+    levels = LEVELS[kind]
     n = flat.size
     blocks = math.ceil(n / BLOCK)
     padded = np.zeros(blocks * BLOCK, dtype=np.float64)
     padded[:n] = flat
     rows = padded.reshape(blocks, BLOCK)
-    scale = (np.abs(rows).max(axis=1) / 127.0).astype(np.float32)  # as it crosses: the values divide by it
+    scale = (np.abs(rows).max(axis=1) / levels).astype(np.float32)  # as it crosses: the values divide by it
     safe = np.where(scale > 0, scale, 1.0)[:, None]
-    q = np.clip(np.rint(rows / safe), -127, 127).astype("i1").reshape(-1)[:n]
-    return np.uint32(n).astype("<u4").tobytes() + scale.astype("<f4").tobytes() + q.tobytes()
+    q = np.clip(np.rint(rows / safe), -levels, levels).astype("i1").reshape(-1)[:n]
+    head = np.uint32(n).astype("<u4").tobytes() + scale.astype("<f4").tobytes()
+    if kind == "int8":
+        return head + q.tobytes()
+    nibbles = np.zeros(n + n % 2, dtype=np.uint8)
+    nibbles[:n] = (q + 8).astype(np.uint8)
+    return head + (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
 
 
 def decode(data: bytes, kind: str, length: int | None = None) -> np.ndarray:
     """``kind`` bytes as values (float32; int8's in float64, where a 7-bit value times a float32
     scale is exact, so the reducer's float64 sum of them does not depend on their order);
     BadValues unless well formed and finite (and ``length`` long)."""
-    if kind == "int8":
-        arr = _decode_int8(data)
+    if kind in LEVELS:
+        arr = _decode_blocks(data, kind)
     else:
         dtype = np.dtype("<f4" if kind == "float32" else "<f2")
         if len(data) == 0 or len(data) % dtype.itemsize:
@@ -73,15 +85,22 @@ def decode(data: bytes, kind: str, length: int | None = None) -> np.ndarray:
     return arr
 
 
-def _decode_int8(data: bytes) -> np.ndarray:
+def _decode_blocks(data: bytes, kind: str) -> np.ndarray:
     if len(data) < _HEAD:
-        raise BadValues(f"int8 values start with a 4-byte count: {len(data)} bytes")
+        raise BadValues(f"{kind} values start with a 4-byte count: {len(data)} bytes")
     n = int(np.frombuffer(data[:_HEAD], dtype="<u4")[0])
     blocks = math.ceil(n / BLOCK)
-    if n == 0 or len(data) != _HEAD + 4 * blocks + n:
-        raise BadValues(f"int8 values: {len(data)} bytes for a count of {n}")
+    body = n if kind == "int8" else (n + 1) // 2
+    if n == 0 or len(data) != _HEAD + 4 * blocks + body:
+        raise BadValues(f"{kind} values: {len(data)} bytes for a count of {n}")
     scale = np.frombuffer(data, dtype="<f4", count=blocks, offset=_HEAD)
     if not np.isfinite(scale).all() or (scale < 0).any():
-        raise BadValues("int8 values: a scale not finite and non-negative")
-    q = np.frombuffer(data, dtype="i1", offset=_HEAD + 4 * blocks).astype(np.float64)
+        raise BadValues(f"{kind} values: a scale not finite and non-negative")
+    if kind == "int8":
+        q = np.frombuffer(data, dtype="i1", offset=_HEAD + 4 * blocks).astype(np.float64)
+    else:
+        packed = np.frombuffer(data, dtype=np.uint8, offset=_HEAD + 4 * blocks)
+        q = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:n].astype(np.float64) - 8
+        if (q < -LEVELS[kind]).any():
+            raise BadValues(f"{kind} values: a value out of range")
     return q * np.repeat(scale.astype(np.float64), BLOCK)[:n]

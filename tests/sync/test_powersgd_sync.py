@@ -13,6 +13,7 @@ import torch
 
 from p2pnode.sync.powersgd import PowerSync
 from p2pnode.sync.reducer import Reducer
+from p2pnode.sync.values import LEVELS
 
 
 def model_params(seed: int) -> list[tuple[str, torch.Tensor]]:
@@ -44,7 +45,7 @@ async def _round(syncs: list[PowerSync], grads: list[dict[str, torch.Tensor]], r
     return first, [s.finish(o.data, o.round, o.included) for s, o in zip(syncs, second)]
 
 
-@pytest.mark.parametrize("values", ["float16", "int8"])
+@pytest.mark.parametrize("values", ["float16", "int8", "int4"])
 def test_every_node_rebuilds_the_same_mean_and_error_feedback_keeps_the_sum(values: str) -> None:
     params = model_params(0)
     syncs = [PowerSync(params, rank=2, seed=5, values=values) for _ in range(3)]
@@ -66,9 +67,13 @@ def test_every_node_rebuilds_the_same_mean_and_error_feedback_keeps_the_sum(valu
     name = params[0][0]
     one = (outs[0][name] - mean[name]).norm() / mean[name].norm()
     total = (applied[name] - steps * mean[name]).norm() / (steps * mean[name]).norm()
-    assert one > 0.3 and total < 0.1, (one, total)
+    # (what is not owed: the reducer's rounding of the mean, about a 14th of a block's largest
+    # value in int4, so its sum lands a little further off)
+    assert one > 0.3 and total < (0.15 if values == "int4" else 0.1), (one, total)
     bias = params[1][0]  # sent whole (with int8 its rounding is owed: the sum within a step of the mean's rounding)
-    atol = 1e-2 if values == "float16" else float(mean[bias].abs().max()) / 127
+    atol = 1e-2 if values == "float16" else float(mean[bias].abs().max()) / LEVELS[values]
+    if values == "int4":  # the reducer's rounding of the mean is nobody's to owe: a constant mean is
+        atol *= steps / 2  # rounded alike every step, at most half a level (9 levels off in 60 steps here)
     assert torch.allclose(applied[bias], steps * mean[bias], rtol=1e-2, atol=atol)
     assert all(s.q_round == syncs[0].q_round >= 0 for s in syncs)
 
@@ -90,7 +95,7 @@ def test_a_node_left_out_of_phase_one_drops_its_gradient_and_takes_current_q() -
     assert c.q_round == b.q_round and torch.equal(c.q[name], b.q[name])
 
 
-@pytest.mark.parametrize("values", ["float16", "int8"])
+@pytest.mark.parametrize("values", ["float16", "int8", "int4"])
 def test_a_node_that_missed_rounds_rebuilds_their_means_to_the_bit(values: str) -> None:
     params = model_params(2)
     a, b, c = (PowerSync(params, rank=2, seed=5, values=values) for _ in range(3))
