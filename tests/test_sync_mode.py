@@ -71,14 +71,15 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert out["pace"] == 0.0  # no node's step time known yet (stub workers send none)
     shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", b.addr], capture_output=True, text=True,
                            timeout=60, check=True).stdout
-    assert "sync      powersgd rank 12 float16" in shown and "failures 0" in shown, shown
-    # int8 values (exchange.sync_values, the default): float16 bytes are refused, int8 ones
-    # averaged and answered as int8
+    assert "sync      powersgd rank 24 float16" in shown and "failures 0" in shown, shown
+    # int4 values (exchange.sync_values, the default): float16 and int8 bytes are refused, int4
+    # ones averaged and answered as int4
     c = cluster("c", extra=[*STUB, *SYNC, "--set", "exchange.accept_pushes=any"])
     c.wait_ready()
-    status, _, _ = http_request(c.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", f16(*range(100)))
-    assert status == 400
-    sent = encode(np.linspace(-3, 3, 100), "int8")
+    for other in (f16(*range(100)), encode(np.linspace(-3, 3, 100), "int8")):
+        status, _, _ = http_request(c.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", other)
+        assert status == 400
+    sent = encode(np.linspace(-3, 3, 100), "int4")
     status, _, body = http_request(c.addr, "POST", "/v1/sync?phase=0&round=-1&from=x", sent)
     assert status == 200
     assert msgpack.unpackb(body, raw=False)["data"] == sent  # one contribution: its mean is itself

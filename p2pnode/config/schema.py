@@ -203,14 +203,16 @@ class ExchangeConfig(Table):
     #: nodes, up to sync_timeout (a dead or late node is left out of that step). "none": no
     #: all-reduce, gossip as configured (the default). docs/ALGORITHMS.md, "Synchronous PowerSGD"
     sync: Literal["none", "powersgd"] = "none"
-    #: rank of PowerSGD's approximation of each weight matrix's mean gradient (12 with int8
-    #: values: the bytes of rank 6 in float16, and nearer DDP; docs/ALGORITHMS.md)
-    sync_rank: Positive = 12
-    #: the factors' values on the wire, both ways: "int8" (one byte a value, one float32 scale
-    #: a block of 64: about half float16's bytes, so twice the rank for the same bytes; each
-    #: node's error is then its own residual, its rounding owed, p2pnode/sync/powersgd.py) or
-    #: "float16". Every node of a cluster must say the same (others' contributions are refused)
-    sync_values: Literal["float16", "int8"] = "int8"
+    #: rank of PowerSGD's approximation of each weight matrix's mean gradient (24 with int4
+    #: values: the bytes of rank 12 in int8 and of rank 6 in float16, and nearer DDP on skewed
+    #: shards; docs/ALGORITHMS.md)
+    sync_rank: Positive = 24
+    #: the factors' values on the wire, both ways: "int4" (half a byte a value) or "int8" (one
+    #: byte), in blocks of 64 with one float32 scale each (so twice, or four times, float16's
+    #: values for the bytes: a higher rank for the same bytes; each node's error is then its
+    #: own residual, its rounding owed, p2pnode/sync/powersgd.py), or "float16". Every node of
+    #: a cluster must say the same (others' contributions are refused)
+    sync_values: Literal["float16", "int8", "int4"] = "int4"
     #: seconds the reducer waits for the last contributions of a step after the first
     sync_timeout: Seconds = 2.0
     #: a node slower than the others' median step trains on a part of each batch (down to an
