@@ -60,9 +60,6 @@ class PowerSync:
     def __init__(self, named: list[tuple[str, torch.Tensor]], rank: int, seed: int, values: str = "float16") -> None:
         #: the values on the wire (exchange.sync_values)
         self.values = values
-        #: values in blocks with a scale each (int8, int4): their rounding is owed, and our error is
-        #: our own residual (``finish``)
-        self.blocked = values in LEVELS
         gen = torch.Generator().manual_seed(seed)
         self.layout: list[_Layout] = []
         self.q: dict[str, torch.Tensor] = {}
@@ -87,6 +84,12 @@ class PowerSync:
         self._dense: dict[str, torch.Tensor] = {}
         #: int8 / int4: what the wire carried of our parts (phase 1's Q', the small tensors whole), for our error
         self._sent: dict[str, torch.Tensor] = {}
+
+    @property
+    def blocked(self) -> bool:
+        """Values in blocks with a scale each (int8, int4): their rounding is owed, and our error
+        is our own residual (``finish``)."""
+        return self.values in LEVELS
 
     def _shapes(self, phase: int) -> list[tuple[int, int]]:
         """The pieces of a phase, (rows, length of a row) each: phase 0 a matrix's P column by

@@ -26,10 +26,10 @@ import math
 
 import numpy as np
 
-KINDS = ("float16", "int8", "int4")
 #: the kinds sent in blocks of BLOCK values with a float32 scale each, and their largest level
 LEVELS = {"int8": 127, "int4": 7}
-#: values a scale covers in int8
+KINDS = ("float16", *LEVELS)
+#: values a scale covers in int8 and int4
 BLOCK = 64
 #: the largest float16: larger values are clipped to it rather than sent as infinities
 F16_MAX = 65504.0
