@@ -8,8 +8,8 @@ limit, and answers, once the phase closes, with msgpack ``{"round", "count", "in
 "data"}``; 400 for a contribution that cannot be averaged. Every network await is bounded by
 ``exchange.sync_timeout`` + ``exchange.timeout``: an unreachable reducer makes the worker take
 a local step with its own gradient, never wait longer. A node that has not joined yet holds a
-contribution until it has (up to ``sync_timeout``; 503 after it, and the sender takes the
-next reducer), then makes the member check. A node told its Q factors are old has
+contribution until it has (up to ``sync_timeout``; 503 after it), then makes the member
+check. A node told its Q factors are old has
 missed rounds (it restarted, or joined late): it takes the reducer's model whole (``GET
 /v1/model``, adopted as a fresh node adopts a peer's), so it steps on with the others.
 """
@@ -49,8 +49,6 @@ CATCH_UP_AGAIN = 3.0
 CATCH_UP_EVERY = 10.0
 #: the most classes a phase 0's label histogram says (``&classes=``; a task with more says none)
 MAX_CLASSES = 256
-#: the start of a reducer's 503 while its node has not joined: the sender takes the next reducer
-NOT_JOINED = "not joined yet"
 
 
 def parse_classes(text: str) -> list[int] | None:
@@ -302,16 +300,6 @@ class SyncActor:
             log.warning("all-reduce through %s failed (%s): trying the next reducer", rid, exc)
             return None
         self.totals["bytes_sent"] += 0 if replay_only else len(msg.data)
-        if resp.status == 503 and NOT_JOINED.encode() in resp.body[:64]:
-            # a node back from a restart (or slow to start) that has not joined yet: the others
-            # found it running, and it is the lowest id, but it does not reduce before it has
-            # joined. Every node held there is told so at about the same time: all take the
-            # next reducer for this round, as for one not reached, and keep stepping together
-            # (a local step each left the models apart until the models' mean after training)
-            self.totals["failures"] += 1
-            self.unreachable[rid] = time.monotonic() + UNREACHABLE_FOR
-            log.warning("%s has not joined yet: trying the next reducer", rid)
-            return None
         try:
             if resp.status != 200:
                 raise ValueError(f"HTTP {resp.status} {resp.body[:200]!r}")
@@ -358,7 +346,7 @@ class SyncActor:
                 async with asyncio.timeout(self.cfg.exchange.sync_timeout):
                     await self.joined.wait()
             except TimeoutError:
-                return error(503, f"{NOT_JOINED}: this node reduces once it has joined the cluster")
+                return error(503, "not joined yet: this node reduces once it has joined the cluster")
             refusal = self.member_check(request)
             if refusal is not None:
                 return refusal
