@@ -59,17 +59,36 @@ def encode(flat: np.ndarray, kind: str) -> bytes:
     scale = (np.abs(rows).max(axis=1) / levels).astype(np.float32)  # as it crosses: the values divide by it
     safe = np.where(scale > 0, scale, 1.0)[:, None]
     q = np.clip(np.rint(rows / safe), -levels, levels).astype("i1").reshape(-1)[:n]
-    head = np.uint32(n).astype("<u4").tobytes() + scale.astype("<f4").tobytes()
+    return np.uint32(n).astype("<u4").tobytes() + scale.astype("<f4").tobytes() + _pack(q, kind)
+
+
+def _body_size(n: int, kind: str) -> int:
+    """Bytes of ``n`` values of ``kind`` after the head: int4 two a byte."""
+    return n if kind == "int8" else (n + 1) // 2
+
+
+def _pack(q: np.ndarray, kind: str) -> bytes:
+    """Levels (int8 values from -LEVELS[kind] to LEVELS[kind]) as the body's bytes."""
     if kind == "int8":
-        return head + q.tobytes()
-    nibbles = np.zeros(n + n % 2, dtype=np.uint8)
-    nibbles[:n] = (q + 8).astype(np.uint8)
-    return head + (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
+        return q.tobytes()
+    nibbles = np.zeros(q.size + q.size % 2, dtype=np.uint8)
+    nibbles[:q.size] = (q + 8).astype(np.uint8)
+    return (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
+
+
+def _unpack(body: np.ndarray, kind: str, n: int) -> np.ndarray:
+    """The body's bytes (uint8) as ``n`` levels, float64; BadValues for a level out of range."""
+    if kind == "int8":
+        return body.view("i1").astype(np.float64)
+    q = np.stack([body & 15, body >> 4], axis=1).reshape(-1)[:n].astype(np.float64) - 8
+    if (q < -LEVELS[kind]).any():
+        raise BadValues(f"{kind} values: a value out of range")
+    return q
 
 
 def decode(data: bytes, kind: str, length: int | None = None) -> np.ndarray:
-    """``kind`` bytes as values (float32; int8's in float64, where a 7-bit value times a float32
-    scale is exact, so the reducer's float64 sum of them does not depend on their order);
+    """``kind`` bytes as values (float32; int8's and int4's in float64, where a 7- or 3-bit value
+    times a float32 scale is exact, so the reducer's float64 sum of them does not depend on their order);
     BadValues unless well formed and finite (and ``length`` long)."""
     if kind in LEVELS:
         arr = _decode_blocks(data, kind)
@@ -90,17 +109,10 @@ def _decode_blocks(data: bytes, kind: str) -> np.ndarray:
         raise BadValues(f"{kind} values start with a 4-byte count: {len(data)} bytes")
     n = int(np.frombuffer(data[:_HEAD], dtype="<u4")[0])
     blocks = math.ceil(n / BLOCK)
-    body = n if kind == "int8" else (n + 1) // 2
-    if n == 0 or len(data) != _HEAD + 4 * blocks + body:
+    if n == 0 or len(data) != _HEAD + 4 * blocks + _body_size(n, kind):
         raise BadValues(f"{kind} values: {len(data)} bytes for a count of {n}")
     scale = np.frombuffer(data, dtype="<f4", count=blocks, offset=_HEAD)
     if not np.isfinite(scale).all() or (scale < 0).any():
         raise BadValues(f"{kind} values: a scale not finite and non-negative")
-    if kind == "int8":
-        q = np.frombuffer(data, dtype="i1", offset=_HEAD + 4 * blocks).astype(np.float64)
-    else:
-        packed = np.frombuffer(data, dtype=np.uint8, offset=_HEAD + 4 * blocks)
-        q = np.stack([packed & 15, packed >> 4], axis=1).reshape(-1)[:n].astype(np.float64) - 8
-        if (q < -LEVELS[kind]).any():
-            raise BadValues(f"{kind} values: a value out of range")
+    q = _unpack(np.frombuffer(data, dtype=np.uint8, offset=_HEAD + 4 * blocks), kind, n)
     return q * np.repeat(scale.astype(np.float64), BLOCK)[:n]
