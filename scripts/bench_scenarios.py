@@ -158,7 +158,7 @@ VARIANTS: dict[str, list[str]] = {
     # seeded one), no consensus finish: every node ends on its own model of the last round
     **{f"ring{every}-d{name}-lean": lean(every, density) for every, density, name in
        [(64, 0.05, "05"), (32, 0.05, "05"), (16, 0.05, "05"), (8, 0.02, "02"), (12, 0.02, "02"), (16, 0.02, "02"),
-        (8, 0.015, "015")]},
+        (8, 0.015, "015"), (24, 0.02, "02"), (32, 0.02, "02")]},
     "ring64-d05-lean-nolead": [*lean(64, 0.05), "--set", "exchange.max_lead=0"],
     "exp32-d05-lean": lean(32, 0.05, ring=False),
     "exp8-d02-lean": lean(8, 0.02, ring=False),
