@@ -34,11 +34,21 @@ def _module() -> Any:  # the script, loaded as a module
     return mod
 
 
-def test_report_builds_every_table_and_figure_from_the_log(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, Path]:
+    """The script, the page it makes of the log and the folder it is in, made once for the module:
+    drawing the figures is most of a page's time (about 10 s on 2 cores). Given a notes file that
+    does not exist: a page without a reading section."""
     rep = _module()
-    out, figs = tmp_path / "EXPERIMENTS.md", tmp_path / "figs"
-    text = rep.report(LOG, out, figs, "CMD-THAT-MADE-IT")
-    assert out.read_text() == text
+    root = tmp_path_factory.mktemp("report")
+    text = rep.report(LOG, root / "EXPERIMENTS.md", root / "figs", "CMD-THAT-MADE-IT", root / "none.md")
+    assert (root / "EXPERIMENTS.md").read_text() == text
+    return rep, text, root
+
+
+def test_report_builds_every_table_and_figure_from_the_log(built: tuple[Any, str, Path]) -> None:
+    rep, text, root = built
+    figs = root / "figs"
     recs = [json.loads(line) for line in LOG.read_text().splitlines()]
     results = [r for r in recs if r["kind"] == "result"]
     conds = list(dict.fromkeys(r["cond"] for r in results))
@@ -133,7 +143,7 @@ def test_report_builds_every_table_and_figure_from_the_log(tmp_path: Path) -> No
     for png in pngs:
         data = png.read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
-        link = f"]({png.relative_to(tmp_path)})"
+        link = f"]({png.relative_to(root)})"
         assert link in text
         assert "CMD-THAT-MADE-IT" in text[text.index(link):text.index(link) + 400]
 
@@ -148,13 +158,13 @@ def test_report_refuses_nothing_silently_on_a_log_without_results(tmp_path: Path
     assert "### Table I" in text and "| - | - |" in text
 
 
-def test_a_notes_file_becomes_the_reading_section(tmp_path: Path) -> None:
+def test_a_notes_file_becomes_the_reading_section(built: tuple[Any, str, Path], tmp_path: Path) -> None:
     """A person's reading of the numbers (LOG.notes.md beside the log) is printed as its own
     section before the figures; without one the page has no such section."""
-    rep = _module()
+    rep, without, _ = built
     notes = tmp_path / "notes.md"
     notes.write_text("The goals held at the ratio cap; the server diverged.\n")
     text = rep.report(LOG, tmp_path / "a.md", tmp_path / "f", "CMD", notes)
     assert "## Reading\n\nThe goals held at the ratio cap; the server diverged.\n" in text
     assert text.index("## Goals of issue 11") < text.index("## Reading") < text.index("## Figures")
-    assert "## Reading" not in rep.report(LOG, tmp_path / "b.md", tmp_path / "f", "CMD", tmp_path / "none.md")
+    assert "## Goals of issue 11" in without and "## Reading" not in without
