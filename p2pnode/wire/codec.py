@@ -92,8 +92,8 @@ def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
     return w.tobytes()
 
 
-def _index_entry(name: str, t: int, idx: Any, numel: int) -> dict[str, Any] | None:
-    """Delta-code indices (first index, then gaps) in the narrowest width; lz4 if smaller."""
+def _gaps(name: str, idx: Any, numel: int) -> np.ndarray | None:
+    """The indices delta-coded (first index, then gaps), checked; None when there are none."""
     idx = np.asarray(idx)
     if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
         raise ValueError(f"{name}: indices must be a 1-d integer array")
@@ -103,12 +103,54 @@ def _index_entry(name: str, t: int, idx: Any, numel: int) -> dict[str, Any] | No
     gaps = np.diff(idx, prepend=0)
     if idx[0] < 0 or idx[-1] >= numel or (gaps[1:] <= 0).any():
         raise ValueError(f"{name}: indices must be strictly increasing in [0, {numel})")
+    return gaps
+
+
+def _gap_code(gaps: np.ndarray) -> tuple[int, int, bytes]:
+    """(width, lz4 or not, bytes): the gaps in the narrowest width, lz4 if smaller."""
     top = int(gaps.max())
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4
     raw = gaps.astype(INDEX_WIDTHS[width]).tobytes()
     packed = lz4.block.compress(raw, store_size=False)
-    z = len(packed) < len(raw)
-    return {"t": t, "n": int(idx.size), "w": width, "z": int(z), "i": packed if z else raw}
+    return (width, 1, packed) if len(packed) < len(raw) else (width, 0, raw)
+
+
+def _one_byte_gaps(gaps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every gap over 255 split by zero-valued entries 255 apart, so that one byte holds each
+    gap: (the new gaps, where the real entries are among them). At a top-k density of 1-2 %
+    a gap is over 255 only now and then, and a 2-byte width for all of them costs about twice
+    the few entries added (issue 7's lowest-byte rows)."""
+    extra = np.maximum(gaps - 1, 0) // 255
+    at = np.cumsum(extra + 1) - 1
+    out = np.full(int(at[-1]) + 1, 255, np.int64)
+    out[at] = gaps - 255 * extra
+    return out, at
+
+
+def _index_entry(name: str, t: int, idx: Any, values: Any, numel: int, value_bytes: int,
+                 add: bool) -> tuple[dict[str, Any] | None, np.ndarray]:
+    """The entry's index part and its values (float32, flat). For an ``add`` delta, when it
+    makes the entry smaller, gaps over 255 are split by zero-valued entries (adding zero
+    changes nothing: every decoder applies the same values; docs/PROTOCOL.md)."""
+    gaps = _gaps(name, idx, numel)
+    vals = np.asarray(values, dtype=np.float32).reshape(-1)
+    if gaps is None:
+        if vals.size:
+            raise ValueError(f"{name}: values without indices")
+        return None, vals
+    if vals.size != gaps.size:
+        raise ValueError(f"{name}: {vals.size} values, expected {gaps.size}")
+    width, z, coded = _gap_code(gaps)
+    if add and width > 1:
+        added = int((np.maximum(gaps - 1, 0) // 255).sum())
+        if added * (1 + value_bytes) < gaps.size * (width - 1):  # it can pay: try it
+            filled, at = _one_byte_gaps(gaps)
+            fz, fcoded = _gap_code(filled)[1:]
+            if len(fcoded) + filled.size * value_bytes < len(coded) + gaps.size * value_bytes:
+                full = np.zeros(filled.size, np.float32)
+                full[at] = vals
+                gaps, vals, width, z, coded = filled, full, 1, fz, fcoded
+    return {"t": t, "n": int(gaps.size), "w": width, "z": z, "i": coded}, vals
 
 
 def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
@@ -149,10 +191,9 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
             if s.name not in payload.entries:
                 continue
             idx, vals = payload.entries[s.name]
-            entry = _index_entry(s.name, t, idx, s.numel)
+            value_bytes = 1 if value_dtype == "int8" else vdt.itemsize
+            entry, vals = _index_entry(s.name, t, idx, vals, s.numel, value_bytes, h.op == "add")
             if entry is None:
-                if np.asarray(vals).size:
-                    raise ValueError(f"{s.name}: values without indices")
                 continue
             if value_dtype == "int8":
                 entry["v"], entry["e"] = _int8_entry(s.name, vals, entry["n"])
