@@ -92,7 +92,7 @@ class PoisonProxy:
         """Bring the replica of the daemon's x̂ up to date (a delta, or a snapshot at first)."""
         r = self.replica
         query = f"/v1/model?since={r.version}&epoch={r.epoch}" if r is not None and r.ready else "/v1/model"
-        async with self.session.get(f"http://{self.backend}{query}") as resp:
+        async with self.session.get(f"http://{self.backend}{query}", headers={"Accept-Encoding": "identity"}) as resp:
             if resp.status != 200:
                 return  # 304: nothing new; 503/429: keep what we have
             data = await resp.read()
@@ -130,7 +130,7 @@ class PoisonProxy:
             async with self.session.request(request.method, f"http://{self.backend}{request.path_qs}", data=body,
                                             headers=headers, allow_redirects=False) as resp:
                 data = await resp.read()
-                out = {k: v for k, v in resp.headers.items() if k.startswith("X-P2P")}
+                out = {k: v for k, v in resp.headers.items() if k.startswith("X-P2P") or k == "Content-Encoding"}
                 out["Content-Type"] = resp.headers.get("Content-Type", "application/octet-stream")
                 return web.Response(status=resp.status, body=data, headers=out)
         except (TimeoutError, aiohttp.ClientError):

@@ -85,7 +85,7 @@ class Pullers:
                         continue
                 url = self.base if since is None else f"{self.base}?since={since}&epoch={epoch}"
                 try:
-                    async with s.get(url) as resp:
+                    async with s.get(url, headers={"Accept-Encoding": "identity"}) as resp:  # the bytes as encoded
                         body = await resp.read()
                         status, headers = resp.status, resp.headers
                 except (aiohttp.ClientError, TimeoutError):

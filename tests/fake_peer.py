@@ -74,7 +74,7 @@ class FakePeer:
             if tamper and resp.status == 200 and data:
                 self.tampered += 1
                 data = data[:-1] + bytes([data[-1] ^ 1])  # one bit of the last value
-            headers = {k: v for k, v in resp.headers.items() if k.startswith("X-P2P")}
+            headers = {k: v for k, v in resp.headers.items() if k.startswith("X-P2P") or k == "Content-Encoding"}
             headers["Content-Type"] = resp.headers.get("Content-Type", "application/octet-stream")
             return web.Response(status=resp.status, body=data, headers=headers)
 

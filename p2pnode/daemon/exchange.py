@@ -205,7 +205,7 @@ class Exchange:
             query += f"&step={self.clock.step}"
         started = time.monotonic()
         try:
-            resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout)
+            resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout, gzip=True)
         except PeerError as exc:
             self._failed(peer, rec, "timeout" if isinstance(exc, PeerTimeout) else "error", str(exc))
             return False
@@ -231,7 +231,7 @@ class Exchange:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
         self.slow.useful(peer.node_id, latency)
-        return await self._take(peer, rec, resp.body, nth=next(landed), genesis=bool(genesis))
+        return await self._take(peer, rec, resp.body, nth=next(landed), genesis=bool(genesis), wire=resp.wire_bytes)
 
     async def bootstrap(self, peers: list[Member]) -> None:
         """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""
@@ -269,13 +269,14 @@ class Exchange:
             boot.settle("own")
 
     async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False, nth: int = 1,
-                    genesis: bool = False) -> bool:
+                    genesis: bool = False, wire: int | None = None) -> bool:
         """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome;
         ``genesis``: an answer to a first fetch that named our genesis (the worker may start the
-        peer's replica from its own version 0)."""
-        rec.bytes_received += len(body)
-        self.totals.bytes_received += len(body)
-        self.metrics.bytes_received.inc(len(body))
+        peer's replica from its own version 0); ``wire``: the bytes it came in (gzip), if fewer."""
+        got = len(body) if wire is None else wire
+        rec.bytes_received += got
+        self.totals.bytes_received += got
+        self.metrics.bytes_received.inc(got)
         try:
             applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE, nth=nth,
                                                 genesis=genesis)

@@ -31,6 +31,7 @@ from p2pnode.daemon.push import SYNC_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
+from p2pnode.net.encoding import gzip_if_smaller, wants_gzip
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
 from p2pnode.pipe_protocol import PublishNow
@@ -86,6 +87,8 @@ class HttpApi:
         self.healthy = healthy
         #: model payload bytes this node has served (status shows it; metrics count it too)
         self.bytes_served = 0
+        #: the last body gzipped for an answer and its gzip (None: not smaller): GET /v1/model
+        self._gzipped: tuple[bytes | None, bytes | None] = (None, None)
         self.rate_buckets: TokenBuckets | None = None  # set by build_app
         self.body_budget: BodyBudget | None = None
         #: full snapshots cost a whole model each: their own, smaller rate per client IP
@@ -207,9 +210,24 @@ class HttpApi:
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
             return web.Response(status=304, headers=headers)
-        self.bytes_served += len(result.body)
-        self.metrics.bytes_served.inc(len(result.body))
-        return web.Response(body=result.body, content_type=MSGPACK, headers=headers)
+        body = result.body
+        if wants_gzip(request.headers.get("Accept-Encoding", "")):
+            packed = await self.gzipped(body)
+            if packed is not None:
+                body = packed
+                headers["Content-Encoding"] = "gzip"
+        self.bytes_served += len(body)
+        self.metrics.bytes_served.inc(len(body))
+        return web.Response(body=body, content_type=MSGPACK, headers=headers)
+
+    async def gzipped(self, body: bytes) -> bytes | None:
+        """``body`` in gzip where that is smaller (net/encoding.py); the last one is kept, since
+        the newest delta is what most fetches get. Bodies over 64 KiB are packed off the loop."""
+        if self._gzipped[0] is body:
+            return self._gzipped[1]
+        packed = gzip_if_smaller(body) if len(body) <= 1 << 16 else await asyncio.to_thread(gzip_if_smaller, body)
+        self._gzipped = (body, packed)
+        return packed
 
     async def publish_first(self, served: ServedModel) -> ServedModel | None:
         """compression.publish_on = "fetch": our worker publishes what changed since its last

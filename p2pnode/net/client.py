@@ -4,7 +4,9 @@ One keep-alive ``aiohttp.ClientSession`` for the node's life; every call has an 
 total timeout; with a cluster secret requests are signed and answers checked (an answer whose
 signature does not match is a PeerError); redirects are not followed
 (a 3xx is handed back as the answer, which callers treat as a failure). Errors come out as
-``PeerError`` so callers handle one exception type.
+``PeerError`` so callers handle one exception type. A caller may take a gzip answer
+(``gzip=True``: ``Accept-Encoding: gzip``, what a model fetch asks for): it is checked as sent
+(the signature covers the bytes on the wire), then inflated, never past the body limit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import aiohttp
 import msgpack
 
 from p2pnode.net.auth import HEADER_SIG, sign, verify_response
+from p2pnode.net.encoding import gunzip
 
 MSGPACK = "application/msgpack"
 
@@ -32,8 +35,9 @@ class PeerTimeout(PeerError):
 @dataclass
 class Response:
     status: int
-    body: bytes
+    body: bytes  # inflated, where it came as gzip
     headers: dict[str, str]
+    wire_bytes: int = 0  # the body's length as it came: what the network carried
 
 
 class PeerClient:
@@ -70,11 +74,13 @@ class PeerClient:
             self._session = None
 
     async def request(self, method: str, addr: str, path_qs: str, body: bytes = b"", timeout: float = 1.0,
-                      content_type: str = MSGPACK) -> Response:
-        """Send one request; raise PeerError on any failure, timeout included."""
+                      content_type: str = MSGPACK, gzip: bool = False) -> Response:
+        """Send one request; raise PeerError on any failure, timeout included. ``gzip``: a gzip
+        answer is welcome (and inflated); without it none is asked for and one is refused."""
         self.open()
         assert self._session is not None
         headers = {"Content-Type": content_type} if body else {}
+        headers["Accept-Encoding"] = "gzip" if gzip else "identity"
         request_sig = ""
         if self._secret:
             signed = sign(self._secret, method, path_qs, body)
@@ -102,7 +108,12 @@ class PeerClient:
                                         f"(HTTP {resp.status}; altered on the way, or not a member)")
                     self.bytes_sent += len(body)
                     self.bytes_received += len(data)
-                    return Response(resp.status, data, dict(resp.headers))
+                    wire, coding = len(data), resp.headers.get("Content-Encoding", "identity").strip().lower()
+                    if coding == "gzip" and gzip:
+                        data = gunzip(data, self._max_body)
+                    elif coding != "identity":
+                        raise PeerError(f"{addr}{path_qs}: answer in an encoding not asked for ({coding[:40]!r})")
+                    return Response(resp.status, data, dict(resp.headers), wire)
         except TimeoutError as exc:
             raise PeerTimeout(f"{addr}: no answer within {timeout:g} s") from exc
         except (aiohttp.ClientError, OSError, ValueError) as exc:

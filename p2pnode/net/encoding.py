@@ -1,0 +1,58 @@
+"""gzip for model answers: HTTP's own ``Content-Encoding``, asked for by the fetching node.
+
+A top-k delta's index gaps and int8 values are far from random bytes (most gaps are small, most
+values near the top-k threshold): gzip takes about a third off the model bytes of a low-density
+publish, where the indices weigh as much as the values (docs/BENCHMARKS.md). Snapshots (float32)
+and other answers that gzip would not shrink go as they are. A node answers in gzip only a
+request that says ``Accept-Encoding: gzip``, so a peer of an older version, which does not say
+it, gets the same bytes as before.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+#: answers shorter than this go as they are: gzip's 18-byte frame and the work are not worth it
+MIN_BYTES = 256
+LEVEL = 6
+
+
+def wants_gzip(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header takes gzip (``gzip``, or ``gzip;q=...`` with q > 0)."""
+    for item in accept_encoding.split(",")[:16]:
+        coding, _, params = item.strip().partition(";")
+        if coding.strip().lower() != "gzip":
+            continue
+        q = params.strip().lower()
+        if not q.startswith("q="):
+            return not q
+        try:
+            return float(q[2:]) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def gzip_if_smaller(body: bytes) -> bytes | None:
+    """``body`` as one gzip member (no name, no time: the same bytes for the same body), or None
+    where that would not be smaller."""
+    if len(body) < MIN_BYTES:
+        return None
+    packed = gzip.compress(body, LEVEL, mtime=0)
+    return packed if len(packed) < len(body) else None
+
+
+def gunzip(data: bytes, limit: int) -> bytes:
+    """A gzip body inflated; ValueError if it is not exactly one gzip member, or would inflate
+    past ``limit`` bytes (a small body may not make us hold a huge one)."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise ValueError(f"bad gzip body: {exc}") from None
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise ValueError(f"gzip body inflates past the limit of {limit} bytes")
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError("gzip body truncated, or followed by other bytes")
+    return out
