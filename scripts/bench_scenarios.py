@@ -159,7 +159,7 @@ VARIANTS: dict[str, list[str]] = {
     # (named by the density's digits: ring16-d02-lean is rounds of 16 steps, 2 % a publish)
     **{f"ring{every}-d{str(density)[2:]}-lean": lean(every, density) for every, density in
        [(64, 0.05), (32, 0.05), (16, 0.05), (8, 0.02), (12, 0.02), (16, 0.02), (8, 0.015), (24, 0.02), (32, 0.02),
-        (64, 0.02), (64, 0.01)]},
+        (64, 0.02), (64, 0.01), (64, 0.015)]},
     "ring64-d05-lean-nolead": [*lean(64, 0.05), "--set", "exchange.max_lead=0"],
     "exp32-d05-lean": lean(32, 0.05, ring=False),
     "exp8-d02-lean": lean(8, 0.02, ring=False),
