@@ -211,7 +211,9 @@ class HttpApi:
         if result.status == 304:
             return web.Response(status=304, headers=headers)
         body = result.body
-        if wants_gzip(request.headers.get("Accept-Encoding", "")):
+        # gzip=1 as well as the header: an older p2pnode (aiohttp's client) says
+        # "Accept-Encoding: gzip, deflate" by default, and would not inflate the answer
+        if request.query.get("gzip") == "1" and wants_gzip(request.headers.get("Accept-Encoding", "")):
             packed = await self.gzipped(body)
             if packed is not None:
                 body = packed

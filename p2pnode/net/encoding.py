@@ -4,8 +4,10 @@ A top-k delta's index gaps and int8 values are far from random bytes (most gaps 
 values near the top-k threshold): gzip takes about a third off the model bytes of a low-density
 publish, where the indices weigh as much as the values (docs/BENCHMARKS.md). Snapshots (float32)
 and other answers that gzip would not shrink go as they are. A node answers in gzip only a
-request that says ``Accept-Encoding: gzip``, so a peer of an older version, which does not say
-it, gets the same bytes as before.
+request that asks with ``gzip=1`` in its query as well as ``Accept-Encoding: gzip``: aiohttp's
+client sends ``Accept-Encoding: gzip, deflate`` by default, and a p2pnode of an older version,
+which leaves the body as it came, would take a gzip answer for a payload and refuse it. Such a
+peer gets the same bytes as before.
 """
 
 from __future__ import annotations
