@@ -115,12 +115,11 @@ def _gap_code(gaps: np.ndarray) -> tuple[int, int, bytes]:
     return (width, 1, packed) if len(packed) < len(raw) else (width, 0, raw)
 
 
-def _one_byte_gaps(gaps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every gap over 255 split by zero-valued entries 255 apart, so that one byte holds each
-    gap: (the new gaps, where the real entries are among them). At a top-k density of 1-2 %
-    a gap is over 255 only now and then, and a 2-byte width for all of them costs about twice
-    the few entries added (issue 7's lowest-byte rows)."""
-    extra = np.maximum(gaps - 1, 0) // 255
+def _one_byte_gaps(gaps: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every gap over 255 split by ``extra`` (per gap: ``(gap - 1) // 255``) zero-valued entries
+    255 apart, so that one byte holds each gap: (the new gaps, where the real entries are among
+    them). At a top-k density of 1-2 % a gap is over 255 only now and then, and a 2-byte width
+    for all of them costs about twice the few entries added (issue 7's lowest-byte rows)."""
     at = np.cumsum(extra + 1) - 1
     out = np.full(int(at[-1]) + 1, 255, np.int64)
     out[at] = gaps - 255 * extra
@@ -142,9 +141,9 @@ def _index_entry(name: str, t: int, idx: Any, values: Any, numel: int, value_byt
         raise ValueError(f"{name}: {vals.size} values, expected {gaps.size}")
     width, z, coded = _gap_code(gaps)
     if add and width > 1:
-        added = int((np.maximum(gaps - 1, 0) // 255).sum())
-        if added * (1 + value_bytes) < gaps.size * (width - 1):  # it can pay: try it
-            filled, at = _one_byte_gaps(gaps)
+        extra = np.maximum(gaps - 1, 0) // 255
+        if int(extra.sum()) * (1 + value_bytes) < gaps.size * (width - 1):  # it can pay: try it
+            filled, at = _one_byte_gaps(gaps, extra)
             fz, fcoded = _gap_code(filled)[1:]
             if len(fcoded) + filled.size * value_bytes < len(coded) + gaps.size * value_bytes:
                 full = np.zeros(filled.size, np.float32)
@@ -187,11 +186,11 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
         if unknown:
             raise ValueError(f"delta entries for unknown tensors: {sorted(unknown)[:3]}")
         data = []
+        value_bytes = 1 if value_dtype == "int8" else vdt.itemsize
         for t, s in enumerate(h.specs):
             if s.name not in payload.entries:
                 continue
             idx, vals = payload.entries[s.name]
-            value_bytes = 1 if value_dtype == "int8" else vdt.itemsize
             entry, vals = _index_entry(s.name, t, idx, vals, s.numel, value_bytes, h.op == "add")
             if entry is None:
                 continue
