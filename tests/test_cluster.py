@@ -47,7 +47,11 @@ def test_three_nodes_train_survive_kill_and_resume(cluster) -> None:
         assert t["test_loss"] < 2.0 and t["step"] > first[n.name]["step"]
     wait_for(lambda: c.status()["training"]["last_checkpoint_step"], 10, "c to checkpoint")
 
-    # SIGKILL c: a and b keep stepping, never stalled longer than the exchange timeout (1 s).
+    # SIGKILL c: a and b keep stepping. Their workers never wait on the network (payloads come
+    # already fetched); what could stall them is their daemon waiting on dead c past the exchange
+    # timeout (1 s) or holding them for it (exchange.max_lead). Between two steps a worker also
+    # evaluates (every 25 steps here) and writes a checkpoint with fsync (every 2 s here): on a
+    # loaded CI machine one gap was 1.86 s, so the bound leaves them 2 s beside the timeout.
     c.signal(signal.SIGKILL)
     c.proc.wait(5)
     killed_at = time.monotonic()
@@ -62,7 +66,7 @@ def test_three_nodes_train_survive_kill_and_resume(cluster) -> None:
                 last_step, last_change = step, now
             time.sleep(0.05)
         longest = max(longest, time.monotonic() - last_change)
-        assert longest < 1.0 + 0.5, f"{n.name} stalled {longest:.2f} s after the kill"
+        assert longest < 1.0 + 2.0, f"{n.name} stalled {longest:.2f} s after the kill"
     # ... and stop choosing it: it is left out or marked dead, and attempts at it stop growing.
     for n in (a, b):
         wait_for(lambda n=n: ids["c"] not in alive_ids(n.status())
