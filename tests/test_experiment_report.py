@@ -23,6 +23,8 @@ pytest.importorskip("matplotlib")
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "tests" / "data" / "experiment_small.jsonl"
+#: a person's reading of the numbers, as a notes file beside the log gives it (the module's page is built with it)
+NOTES = "The goals held at the ratio cap; the server diverged.\n"
 
 
 def _module() -> Any:  # the script, loaded as a module
@@ -37,11 +39,12 @@ def _module() -> Any:  # the script, loaded as a module
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, str, Path]:
     """The script, the page it makes of the log and the folder it is in, made once for the module:
-    drawing the figures is most of a page's time (about 10 s on 2 cores). Given a notes file that
-    does not exist: a page without a reading section."""
+    drawing the figures is most of a page's time (about 10 s on 2 cores). Given a notes file
+    (``NOTES``): its reading section is checked here, a page without one on the cut log below."""
     rep = _module()
     root = tmp_path_factory.mktemp("report")
-    text = rep.report(LOG, root / "EXPERIMENTS.md", root / "figs", "CMD-THAT-MADE-IT", root / "none.md")
+    (root / "notes.md").write_text(NOTES)
+    text = rep.report(LOG, root / "EXPERIMENTS.md", root / "figs", "CMD-THAT-MADE-IT", root / "notes.md")
     assert (root / "EXPERIMENTS.md").read_text() == text
     return rep, text, root
 
@@ -154,17 +157,15 @@ def test_report_refuses_nothing_silently_on_a_log_without_results(tmp_path: Path
     rep = _module()
     log = tmp_path / "cut.jsonl"
     log.write_text("\n".join(line for line in LOG.read_text().splitlines() if '"kind": "result"' not in line) + "\n")
-    text = rep.report(log, tmp_path / "out.md", tmp_path / "f", "CMD")
+    text = rep.report(log, tmp_path / "out.md", tmp_path / "f", "CMD", tmp_path / "none.md")
     assert "### Table I" in text and "| - | - |" in text
+    assert "## Reading" not in text  # a notes file that does not exist: no reading section
 
 
-def test_a_notes_file_becomes_the_reading_section(built: tuple[Any, str, Path], tmp_path: Path) -> None:
+def test_a_notes_file_becomes_the_reading_section(built: tuple[Any, str, Path]) -> None:
     """A person's reading of the numbers (LOG.notes.md beside the log) is printed as its own
-    section before the figures; without one the page has no such section."""
-    rep, without, _ = built
-    notes = tmp_path / "notes.md"
-    notes.write_text("The goals held at the ratio cap; the server diverged.\n")
-    text = rep.report(LOG, tmp_path / "a.md", tmp_path / "f", "CMD", notes)
-    assert "## Reading\n\nThe goals held at the ratio cap; the server diverged.\n" in text
+    section before the figures (without one the page has no such section: the cut log's test)."""
+    _, text, _ = built
+    assert f"## Reading\n\n{NOTES}" in text
+    assert text.count("## Reading") == 1
     assert text.index("## Goals of issue 11") < text.index("## Reading") < text.index("## Figures")
-    assert "## Goals of issue 11" in without and "## Reading" not in without
