@@ -109,6 +109,9 @@ VARIANTS: dict[str, list[str]] = {
     # int4 (half a byte a value, the same blocks): rank 24 at about sync12-i8's bytes
     "sync24-i4": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=24",
                   "--set", "exchange.sync_values=int4", "--set", "training.min_peers=3"],
+    # the same for 8 nodes (--nodes 8): every node waits for the 7 others before its first step
+    "sync24-i4-n8": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=24",
+                     "--set", "exchange.sync_values=int4", "--set", "training.min_peers=7"],
     # no factoring at all: every tensor whole in int8 blocks, its rounding owed (a rank no matrix
     # of the small CNN reaches): DDP's mean but for int8 rounding, ~11x sync12-i8's bytes; to tell
     # the daemon's pipeline from PowerSGD's approximation
