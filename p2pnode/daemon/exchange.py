@@ -203,7 +203,6 @@ class Exchange:
             query = f"/v1/model?since={rec.version}&epoch={rec.epoch}&chain=1&from={self.node_id}"
         if self.pace.enabled:  # our step, for the peer's own exchange.max_lead
             query += f"&step={self.clock.step}"
-        query += "&gzip=1"  # a gzip answer is welcome where smaller (net/encoding.py)
         started = time.monotonic()
         try:
             resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout, gzip=True)

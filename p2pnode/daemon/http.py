@@ -31,7 +31,7 @@ from p2pnode.daemon.push import SYNC_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
-from p2pnode.net.encoding import gzip_if_smaller, wants_gzip
+from p2pnode.net.encoding import asks_for_gzip, gzip_if_smaller
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
 from p2pnode.pipe_protocol import PublishNow
@@ -211,9 +211,7 @@ class HttpApi:
         if result.status == 304:
             return web.Response(status=304, headers=headers)
         body = result.body
-        # gzip=1 as well as the header: an older p2pnode (aiohttp's client) says
-        # "Accept-Encoding: gzip, deflate" by default, and would not inflate the answer
-        if request.query.get("gzip") == "1" and wants_gzip(request.headers.get("Accept-Encoding", "")):
+        if asks_for_gzip(request.query, request.headers.get("Accept-Encoding", "")):
             packed = await self.gzipped(body)
             if packed is not None:
                 body = packed

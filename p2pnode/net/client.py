@@ -5,8 +5,9 @@ total timeout; with a cluster secret requests are signed and answers checked (an
 signature does not match is a PeerError); redirects are not followed
 (a 3xx is handed back as the answer, which callers treat as a failure). Errors come out as
 ``PeerError`` so callers handle one exception type. A caller may take a gzip answer
-(``gzip=True``: ``Accept-Encoding: gzip``, what a model fetch asks for): it is checked as sent
-(the signature covers the bytes on the wire), then inflated, never past the body limit.
+(``gzip=True``: ``Accept-Encoding: gzip`` and the query's ``gzip=1``, net/encoding.py; what a
+model fetch asks for): it is checked as sent (the signature covers the bytes on the wire), then
+inflated, never past the body limit.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import aiohttp
 import msgpack
 
 from p2pnode.net.auth import HEADER_SIG, sign, verify_response
-from p2pnode.net.encoding import gunzip
+from p2pnode.net.encoding import gunzip, with_gzip_marker
 
 MSGPACK = "application/msgpack"
 
@@ -81,6 +82,8 @@ class PeerClient:
         assert self._session is not None
         headers = {"Content-Type": content_type} if body else {}
         headers["Accept-Encoding"] = "gzip" if gzip else "identity"
+        if gzip:
+            path_qs = with_gzip_marker(path_qs)
         request_sig = ""
         if self._secret:
             signed = sign(self._secret, method, path_qs, body)

@@ -14,10 +14,24 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Mapping
 
 #: answers shorter than this go as they are: gzip's 18-byte frame and the work are not worth it
 MIN_BYTES = 256
 LEVEL = 6
+#: the query parameter a fetch that can inflate adds (``with_gzip_marker``)
+MARKER = ("gzip", "1")
+
+
+def with_gzip_marker(path_qs: str) -> str:
+    """``path_qs`` with the query parameter that says "a gzip answer is welcome" (the client's
+    side of :func:`asks_for_gzip`)."""
+    return f"{path_qs}{'&' if '?' in path_qs else '?'}{MARKER[0]}={MARKER[1]}"
+
+
+def asks_for_gzip(query: Mapping[str, str], accept_encoding: str) -> bool:
+    """Whether a request may be answered in gzip: it carries the marker *and* takes gzip."""
+    return query.get(MARKER[0]) == MARKER[1] and wants_gzip(accept_encoding)
 
 
 def wants_gzip(accept_encoding: str) -> bool:
