@@ -94,38 +94,37 @@ def lean(every: int, density: float, ring: bool = True, finish: float = 0.0) -> 
             "--set", f"exchange.consensus_tolerance={finish:g}", "--set", "membership.bootstrap_from_peer=false"]
 
 
+def powersgd(rank: int, values: str = "", min_peers: int = 3) -> list[str]:
+    """The synchronous mode's settings: PowerSGD at ``rank``, its factors in ``values`` (the
+    package default when empty), each node waiting for ``min_peers`` others before its first step."""
+    return ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={rank}",
+            *(["--set", f"exchange.sync_values={values}"] if values else []), "--set", f"training.min_peers={min_peers}"]
+
+
 #: p2pnode settings under test; every one is printed with the table
 VARIANTS: dict[str, list[str]] = {
     "defaults": [],
     # synchronous PowerSGD every step (exchange.sync: no gossip beside it, every node applies
     # the same mean gradient to the same seeded model), the nodes starting together
-    **{f"sync{r}": ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={r}",
-                    "--set", "training.min_peers=3"] for r in (4, 6, 7, 8)},
+    **{f"sync{r}": powersgd(r) for r in (4, 6, 7, 8)},
     # int8 factors (one byte a value, blocks of 64 with a float32 scale each; exchange.sync_values):
     # rank 6 at about half sync6's bytes, rank 12 at about the same; 24 (over issue 7's byte
     # budget) to tell whether the rank is what the skewed shards' remaining gap is made of
-    **{f"sync{r}-i8": ["--set", "exchange.sync=powersgd", "--set", f"exchange.sync_rank={r}",
-                       "--set", "exchange.sync_values=int8", "--set", "training.min_peers=3"] for r in (6, 12, 24)},
+    **{f"sync{r}-i8": powersgd(r, "int8") for r in (6, 12, 24)},
     # int4 (half a byte a value, the same blocks): rank 24 at about sync12-i8's bytes
-    "sync24-i4": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=24",
-                  "--set", "exchange.sync_values=int4", "--set", "training.min_peers=3"],
+    "sync24-i4": powersgd(24, "int4"),
     # the same for 8 nodes (--nodes 8): every node waits for the 7 others before its first step
-    "sync24-i4-n8": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=24",
-                     "--set", "exchange.sync_values=int4", "--set", "training.min_peers=7"],
+    "sync24-i4-n8": powersgd(24, "int4", min_peers=7),
     # no factoring at all: every tensor whole in int8 blocks, its rounding owed (a rank no matrix
     # of the small CNN reaches): DDP's mean but for int8 rounding, ~11x sync12-i8's bytes; to tell
     # the daemon's pipeline from PowerSGD's approximation
-    "sync-whole-i8": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=100000",
-                      "--set", "exchange.sync_values=int8", "--set", "training.min_peers=3"],
+    "sync-whole-i8": powersgd(100000, "int8"),
     # a slower node trains on a part of each batch to keep the others' pace (exchange.sync_keep_pace)
-    "sync6-pace": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
-                   "--set", "exchange.sync_keep_pace=true"],
+    "sync6-pace": [*powersgd(6), "--set", "exchange.sync_keep_pace=true"],
     # every node waited for every step, a slow one too, as DDP (exchange.sync_wait_for_slow)
-    "sync6-wait": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
-                   "--set", "exchange.sync_wait_for_slow=always"],
+    "sync6-wait": [*powersgd(6), "--set", "exchange.sync_wait_for_slow=always"],
     # a slow node never waited for, whatever its data (the default before "auto")
-    "sync6-drop": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=6", "--set", "training.min_peers=3",
-                   "--set", "exchange.sync_wait_for_slow=never"],
+    "sync6-drop": [*powersgd(6), "--set", "exchange.sync_wait_for_slow=never"],
     "qgm": ["--set", "training.optimizer=qgm"],
     "ring": ["--set", "exchange.peer_selection=ring"],
     "qgm-ring": ["--set", "training.optimizer=qgm", "--set", "exchange.peer_selection=ring"],
