@@ -80,7 +80,7 @@ def test_three_nodes_train_a_torchvision_model_on_image_folders(cluster: Start, 
                                and t["accuracy"], 300, f"{n.name} to finish") for n in nodes}
     print(f"accuracy: first {first}, final {finals}")
     for n in nodes:
-        # chance is 1/3 (three balanced classes); the first evaluation (step 20) may already be
+        # chance is 1/3 (three balanced classes); the first evaluation (step 35) may already be
         # well above it, and at 1.0 the last cannot be higher
         assert finals[n.name] >= 0.8 and finals[n.name] >= first[n.name], (first, finals)
         assert n.status()["exchanges"]["done"] >= 5  # they trained together, not each alone
