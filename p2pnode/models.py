@@ -41,8 +41,8 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # On the CPU, in channels-last layout: PyTorch's NCHW max-pool was a third of this
-        # model's training step (a fifth of the whole worker), and the same step in channels-last
-        # took 22 ms instead of 31 (forward alone 8 ms instead of 17; batch 32, one thread,
+        # model's training step (a fifth of the whole worker); in channels-last the step is
+        # about 1.3x faster and the forward pass about 2x (one thread, batch 32 and 64:
         # docs/BENCHMARKS.md, "Channels-last"). Only the activations change layout: the
         # parameters, their gradients and so the wire and the checkpoints stay as they were,
         # and the results equal the NCHW ones to float rounding. Not measured on a GPU: left as is.
