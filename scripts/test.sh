@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: sets up .venv if needed, then runs the fast suite: every test not marked
-# `slow` (about 2 minutes on 2 cores; real daemons included, with a torch-free worker where
+# `slow` (about 4 minutes on 2 cores, 2026-11-28; real daemons included, with a torch-free worker where
 # training is beside the point).
 #   scripts/test.sh --all            everything, the slow real-process tests too (what CI runs)
 #   scripts/test.sh tests/test_x.py  the tests named, slow or not
