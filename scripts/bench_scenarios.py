@@ -10,7 +10,8 @@ both systems.
 
 Scenarios: ``iid`` (interleaved shards), ``dir0.5`` / ``dir0.1`` (per-class proportions from
 Dirichlet(alpha)), ``classes2`` (2 chunks of label-sorted data per node), ``thin25`` (every link
-at 25 Mbit/s: network namespaces and tc tbf, root only), ``straggler`` (node 3 at half speed:
+at 25 Mbit/s: network namespaces and tc tbf, root only), ``thin-reducer`` / ``thin-other`` (one
+link alone at 25 Mbit/s: the synchronous mode's reducer's, or another node's), ``straggler`` (node 3 at half speed:
 SIGSTOP/SIGCONT duty cycle; DDP's rank 3 the same), ``straggler-reducer`` (the same, but the
 node at half speed is the one with the lowest id: the synchronous mode's reducer), ``kill`` (node 3 SIGKILLed half-way and
 restarted on its state; DDP's rank 3 killed at the same step: DDP cannot go on). The partition
@@ -45,6 +46,9 @@ class Scenario:
     what: str
     partition: str = "iid"
     rate: str = ""  #: every link limited to this (netns + tc tbf)
+    #: with ``rate``: only this node's link is limited (node 0 holds the lowest id, the synchronous
+    #: mode's reducer; DDP's ring is as slow as its slowest link whichever rank holds it)
+    thin_node: int | None = None
     straggler: bool = False  #: node 3 at half speed
     #: with ``straggler``: the node at half speed is the one with the lowest id instead (the
     #: synchronous mode's reducer; DDP's rank 3 all the same: it waits for any rank)
@@ -65,6 +69,10 @@ SCENARIOS = {s.name: s for s in [
     Scenario("dir0.1", "label skew, Dirichlet alpha 0.1", "dirichlet:alpha=0.1"),
     Scenario("classes2", "2 label-sorted chunks per node", "classes:k=2"),
     Scenario("thin25", "every link 25 Mbit/s, even shards", rate="25mbit"),
+    Scenario("thin-reducer", "the reducer's link alone at 25 Mbit/s (node 0, the lowest id), even shards",
+             rate="25mbit", thin_node=0, seed_reduces=True),
+    Scenario("thin-other", "node 3's link alone at 25 Mbit/s (node 0 reduces), even shards", rate="25mbit",
+             thin_node=3, seed_reduces=True),
     Scenario("straggler", "node 3 at half speed, even shards", straggler=True),
     Scenario("straggler-dir0.1", "node 3 at half speed, label skew Dirichlet alpha 0.1 (its classes are its own)",
              "dirichlet:alpha=0.1", straggler=True),
@@ -359,6 +367,7 @@ def main() -> int:
     ap.add_argument("--ddp-only", action="store_true", help="run DDP alone, no p2pnode variant")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
+    ap.add_argument("--rate", default="", help="the thin scenarios' tc rate instead of their own (say 10mbit)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--port", type=int, default=7571)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_scenarios"))
@@ -378,7 +387,7 @@ def main() -> int:
             topo = Topology(args.nodes, tag="p2psc").up() if sc.rate else None
             try:
                 if topo is not None:
-                    topo.set_rate(sc.rate)
+                    topo.set_rate(args.rate or sc.rate, None if sc.thin_node is None else [sc.thin_node])
                 place = topo.place if topo is not None else loopback
                 if not args.skip_ddp:
                     print(f"== {name}: DDP", flush=True)
