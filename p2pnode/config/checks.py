@@ -27,7 +27,14 @@ def validate(cfg: Config) -> None:
 
 
 def _check_node(cfg: Config) -> None:
+    from p2pnode.daemon.identity import InvalidIdentity, check_id
+
     n = cfg.node
+    if n.id:
+        try:
+            check_id(n.id)
+        except InvalidIdentity as exc:
+            raise ConfigError(f"node.id: {exc}") from None
     parse_hostport(n.listen, "node.listen")
     if n.advertise:
         parse_hostport(n.advertise, "node.advertise")

@@ -51,6 +51,11 @@ class NodeConfig(Table):
     seeds: list[str] = msgspec.field(default_factory=list)
     #: where the node id, checkpoints and incarnation live
     state_dir: str = "./p2pnode-state"
+    #: this node's id (1-128 printable characters, unique in the cluster); empty: 16 random hex
+    #: digits drawn at the first start and kept in the state dir. Ids compare as strings, and
+    #: the member with the lowest reduces in the synchronous mode (``exchange.sync``): "0-..."
+    #: sorts before every random id, so it puts the reducer on the machine with the best link
+    id: str = ""
     #: shared cluster secret; when set every request is HMAC-signed and checked
     secret: str = ""
     #: file holding the secret (preferred over ``secret`` in unit files)

@@ -68,10 +68,7 @@ def parse(data: bytes) -> tuple[str, int]:
         raise InvalidIdentity(f"not JSON: {exc}") from None
     if not isinstance(obj, dict) or not {"node_id", "incarnation"} <= obj.keys():
         raise InvalidIdentity("expected a map with node_id and incarnation")
-    node_id, incarnation = obj["node_id"], obj["incarnation"]
-    if not (isinstance(node_id, str) and 0 < len(node_id) <= MAX_ID and node_id.isprintable()
-            and node_id.strip() == node_id):
-        raise InvalidIdentity(f"node_id must be 1..{MAX_ID} printable characters, got {node_id!r:.60}")
+    node_id, incarnation = check_id(obj["node_id"]), obj["incarnation"]
     if type(incarnation) is not int or not 0 <= incarnation < MAX_INCARNATION:
         raise InvalidIdentity(f"incarnation must be an integer in [0, {MAX_INCARNATION}), got {incarnation!r:.40}")
     return node_id, incarnation
@@ -82,11 +79,22 @@ def _set_aside(path: Path, why: object, then: str) -> None:
     set_aside(path, why, then, log)
 
 
-def load_or_create(state_dir: Path) -> Identity:
+def check_id(node_id: str) -> str:
+    """``node_id`` if a membership message could carry it (and a file hold it); InvalidIdentity if not."""
+    if not (isinstance(node_id, str) and 0 < len(node_id) <= MAX_ID and node_id.isprintable()
+            and node_id.strip() == node_id):
+        raise InvalidIdentity(f"node_id must be 1..{MAX_ID} printable characters, no space at either end, "
+                              f"got {node_id!r:.60}")
+    return node_id
+
+
+def load_or_create(state_dir: Path, wanted: str = "") -> Identity:
     """Read the identity and bump its incarnation for this life; create one on first start
-    (or when the stored one fails its check, after setting the file aside)."""
+    (or when the stored one fails its check, after setting the file aside). ``wanted``
+    (``node.id``): the id to have, whatever the file held; a file with another id gives way to
+    it, and the node starts as a new member (its old id is called dead by the others in time)."""
     path = state_dir / IDENTITY_FILE
-    node_id, incarnation = secrets.token_hex(8), 0
+    node_id, incarnation = wanted or secrets.token_hex(8), 0
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -94,9 +102,14 @@ def load_or_create(state_dir: Path) -> Identity:
     if data is not None:
         try:
             stored_id, stored_inc = parse(data)
-            node_id, incarnation = stored_id, stored_inc + 1
         except InvalidIdentity as exc:
             _set_aside(path, exc, f"starting as a new node, {node_id}")
+        else:
+            if not wanted or stored_id == wanted:
+                node_id, incarnation = stored_id, stored_inc + 1
+            else:
+                log.warning("node.id is %s, but this state dir's node was %s: starting as a new member, %s "
+                            "(peers call %s dead in time)", wanted, stored_id, wanted, stored_id)
     ident = Identity(node_id, incarnation, path)
     ident.save()
     return ident

@@ -68,7 +68,7 @@ class Node:
         self.cfg = cfg
         self.state_dir = Path(cfg.node.state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.identity = identity.load_or_create(self.state_dir)
+        self.identity = identity.load_or_create(self.state_dir, cfg.node.id)
         self.node_id = self.identity.node_id
         self.metrics = NodeMetrics()
         self.secret = _secret(cfg)

@@ -357,3 +357,15 @@ def test_replies_leave_out_what_the_requester_sent() -> None:
         assert Alive("r", 0, "r.test:1") in node.piggyback("p")
 
     run_virtual(main)
+
+
+def test_news_of_a_twin_is_counted_and_an_older_life_elsewhere_is_not() -> None:
+    async def main() -> None:
+        node = make(incarnation=3)
+        node.apply(Alive("me", 2, "elsewhere.test:1"))  # our previous life, at its old address
+        assert value(node, "p2pnode_membership_id_conflicts_total") == 0 and node.incarnation == 3
+        node.apply(Alive("me", 3, "elsewhere.test:1"))  # this life, another address: another node, our id
+        assert value(node, "p2pnode_membership_id_conflicts_total") == 1
+        assert node.incarnation == 4  # and we say where we are, as before
+
+    run_virtual(main)

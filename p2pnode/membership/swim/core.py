@@ -67,7 +67,7 @@ class SwimCore(Membership):
         self._probe_index = 0
         self._gossip_now = asyncio.Event()
         self.verifier = Verifier(config)
-        self._refusal_logged = -REFUSAL_LOG_EVERY
+        self._refusal_logged = self._conflict_logged = -REFUSAL_LOG_EVERY
         self.broadcasts.enqueue(Alive(node_id, incarnation, addr))
         metrics.incarnation.set(incarnation)
         self._members_changed()
@@ -267,6 +267,12 @@ class SwimCore(Membership):
             self._refuse("incarnation", u, src)
             return
         if isinstance(u, Alive):
+            if u.addr != me.addr and u.incarnation >= me.incarnation:  # not an older life of ours: a twin
+                self.metrics.id_conflicts.inc()
+                if (now := self._now()) - self._conflict_logged >= REFUSAL_LOG_EVERY:
+                    self._conflict_logged = now
+                    log.error("another node says it is %s, at %s (we are at %s): node ids must be unique "
+                              "(node.id)", u.node, u.addr, me.addr)
             if u.incarnation > me.incarnation or (u.incarnation == me.incarnation and u.addr != me.addr):
                 self.refute(u.incarnation)
         elif u.incarnation >= me.incarnation:  # suspect, dead or left: we are not

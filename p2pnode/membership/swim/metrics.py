@@ -26,6 +26,8 @@ class SwimMetrics:
         self.suspicions = Counter(p + "suspicions", "Members marked suspect here, by origin (local probe or gossip)",
                                   ["origin"], registry=r)
         self.refutations = Counter(p + "refutations", "Times this node refuted a suspicion of itself", registry=r)
+        self.id_conflicts = Counter(p + "id_conflicts", "News of another node at another address with this "
+                                    "node's id (ids must be unique: node.id)", registry=r)
         self.deaths = Counter(p + "deaths", "Members marked dead here", registry=r)
         self.joins = Counter(p + "joins", "Members that joined (or came back) as seen here", registry=r)
         self.leaves = Counter(p + "leaves", "Members seen leaving on purpose", registry=r)
