@@ -13,6 +13,10 @@ Checked, and printed as a table (exit code 1 if any fails):
   they first started (plus ``--fd-slack``), no p2pnode process outlives the stop, and this
   script holds as many descriptors after as before.
 
+Every node runs the benchmark settings (``benchlib.cluster.training_args``) and any ``--set
+KEY=VALUE`` given (the synchronous mode: ``--set exchange.sync=powersgd --set
+training.min_peers=3``).
+
 Training length: ``--samples`` per node (default: what a node trains in ``--duration`` at 250
 samples/s, a loaded 2-core machine's pace), cosine schedule, so the chaos falls in training.
 
@@ -132,6 +136,8 @@ def main() -> int:
     ap.add_argument("--fd-slack", type=int, default=16, help="descriptors a process may gain and not count as a leak")
     ap.add_argument("--no-netns", action="store_true", help="loopback, no cut-offs, even as root")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="a node setting, every node (repeatable), e.g. --set exchange.sync=powersgd")
     ap.add_argument("--subnet", default="10.97.0", help="the namespaces' /24 (one no other benchmark uses)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait for training to end after chaos")
     ap.add_argument("--port", type=int, default=7701)
@@ -147,10 +153,11 @@ def main() -> int:
     run.mkdir(parents=True, exist_ok=True)
     for old in run.glob("node*"):  # a fresh cluster
         shutil.rmtree(old) if old.is_dir() else old.unlink()
+    extra = [arg for kv in args.settings for arg in ("--set", kv)]
     topo = Topology(args.nodes, tag="p2pch", subnet=args.subnet).up() if not why else None
     try:
         place = topo.place if topo is not None else loopback
-        cluster = Cluster(run, args.nodes, lambda i: training_args(i, args.nodes, samples), args.port, place)
+        cluster = Cluster(run, args.nodes, lambda i: training_args(i, args.nodes, samples, extra), args.port, place)
         chaos = Chaos(cluster, topo, random.Random(args.seed), args.jsonl)
         with cluster:
             for node in cluster.nodes:
@@ -200,7 +207,8 @@ def main() -> int:
         write_section(f"{SECTION}\n\n{args.nodes} nodes, small CNN, Fashion-MNIST, IID, {samples} samples per node, "
                       f"cosine schedule; every {args.interval:g} s for {args.duration:g} s a random node killed and "
                       f"restarted, frozen {PAUSE:g} s or cut off {PAUSE:g} s"
-                      f"{'' if topo is not None or not why else f' (no cut-offs: {why})'}.\n\n```\n{command_line()}\n"
+                      f"{'' if topo is not None or not why else f' (no cut-offs: {why})'}"
+                      f"{'; settings: ' + ' '.join(args.settings) if args.settings else ''}.\n\n```\n{command_line()}\n"
                       f"```\n\n- {machine()}\n\n{text}\n\n{verdict}\n")
     return 0 if not chaos.problems else 1
 
