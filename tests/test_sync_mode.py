@@ -86,6 +86,7 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
 
 
 @pytest.mark.slow
+@pytest.mark.beside_clusters  # stub workers
 @pytest.mark.timeout(120)
 def test_a_reducer_not_joined_yet_holds_contributions_until_it_knows_their_senders(cluster) -> None:
     """A restarted reducer knows only the members that probed it until it has joined. It used
