@@ -35,8 +35,8 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable
 # (--dist loadgroup); these run one after another on one of them, so that two such clusters never
 # share the machine's cores (tests tuned on a loaded machine, not on one loaded twice over), while
 # the other worker runs the rest: unit tests and daemons that mostly wait on the network. A test
-# of such a module that trains no torch worker (a stub worker, a command that exits), or one
-# node on a tiny task (about half a core), is marked ``beside_clusters`` and runs on either worker.
+# of such a module that trains no torch worker (a stub worker, a command that exits) is marked
+# ``beside_clusters`` and runs on either worker.
 TRAINING_CLUSTERS = {"test_tasks_cluster.py", "test_cluster.py", "test_poisoned_peer.py", "test_sync_mode.py",
                      "test_consensus.py", "test_restart_finished.py", "test_ps_mode.py",
                      "test_divergence_daemon.py"}

@@ -169,9 +169,6 @@ def test_a_node_with_another_task_is_refused_naming_both(cluster: Start, monkeyp
     assert a.status()["exchanges"]["done"] == 0 and b.status()["bootstrapped_from"] is None
 
 
-# one node on a tiny task, mostly waiting for its worker to start again: about half a core
-# (13.7 CPU-s in 22 s), so it need not wait its turn among the training clusters
-@pytest.mark.beside_clusters
 @pytest.mark.timeout(200)
 def test_a_task_failing_in_training_restarts_the_worker(cluster: Start, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", str(TESTS))
