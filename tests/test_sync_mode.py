@@ -41,6 +41,18 @@ def three_nodes(cluster, run: list[str]) -> tuple[list, list[str]]:
 
 
 @pytest.mark.beside_clusters  # stub workers
+def test_a_node_that_will_not_wait_for_the_others_says_how_to_start_together(cluster) -> None:
+    alone = cluster("alone", extra=[*STUB, *SYNC])
+    waits = cluster("waits", extra=[*STUB, *SYNC, "--set", "training.min_peers=1", "--set", "training.min_peers_wait=1"])
+    for node in (alone, waits):
+        node.wait_ready()
+    hint = "set training.min_peers to the cluster's size less one"
+    wait_for(lambda: hint in alone.log(), 10, "the hint in the log of the node that waits for nobody")
+    wait_for(lambda: "training starts with 0 of the 1 peers" in waits.log(), 10, "the other's wait to end")
+    assert hint not in waits.log()
+
+
+@pytest.mark.beside_clusters  # stub workers
 def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) -> None:
     a = cluster("a", extra=[*STUB, *SYNC])
     a.wait_ready()

@@ -345,6 +345,10 @@ class Node:
                 log.warning("exchange.sync = %s without a secret: any host that joins can take the lowest id "
                             "and answer every node's step; use it only among machines you run, with "
                             "node.secret_file (docs/ALGORITHMS.md)", self.cfg.exchange.sync)
+        if self.cfg.exchange.sync != "none" and self.cfg.training.min_peers == 0:
+            log.warning("exchange.sync with training.min_peers = 0: this node steps from its start, alone "
+                        "until others join; set training.min_peers to the cluster's size less one to start "
+                        "every node together, as DDP's ranks do (docs/ALGORITHMS.md)")
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
