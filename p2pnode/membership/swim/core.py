@@ -267,13 +267,14 @@ class SwimCore(Membership):
             self._refuse("incarnation", u, src)
             return
         if isinstance(u, Alive):
-            if u.addr != me.addr and u.incarnation >= me.incarnation:  # not an older life of ours: a twin
+            twin = u.addr != me.addr and u.incarnation >= me.incarnation  # not an older life of ours
+            if twin:
                 self.metrics.id_conflicts.inc()
                 if (now := self._now()) - self._conflict_logged >= REFUSAL_LOG_EVERY:
                     self._conflict_logged = now
                     log.error("another node says it is %s, at %s (we are at %s): node ids must be unique "
                               "(node.id)", u.node, u.addr, me.addr)
-            if u.incarnation > me.incarnation or (u.incarnation == me.incarnation and u.addr != me.addr):
+            if u.incarnation > me.incarnation or twin:
                 self.refute(u.incarnation)
         elif u.incarnation >= me.incarnation:  # suspect, dead or left: we are not
             self.refute(u.incarnation)
