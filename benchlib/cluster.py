@@ -154,6 +154,10 @@ class NodeResult:
     #: exchange.sync, on the reducer: each node's average step time, ms (who is not waited for:
     #: sync/lateness.py)
     sync_step_ms: dict[str, float] | None = None
+    #: exchange.sync, on the reducer: contributions taken for outliers (exchange.sync_outlier),
+    #: and the largest distance of one from its phase's median, in median distances
+    sync_outliers: int = 0
+    sync_largest_distance: float = 0.0
     node_id: str = ""
 
 
@@ -251,7 +255,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           progress: Callable[[float, list[dict[str, Any] | None]], None] | None = None,
           on_start: Callable[[Cluster], Any] | None = None,
           node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
-          data_dir: str = "", kill_reducer: bool = False, ids: Sequence[str] = ()) -> TrainResult:
+          data_dir: str = "", kill_reducer: bool = False, ids: Sequence[str] = (),
+          node_env: Callable[[int], Mapping[str, str]] | None = None) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -263,7 +268,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     ``data_dir``: the nodes' and the final evaluation's data folder (``benchlib.testdata``);
     ``kill_reducer``: the node killed is the one with the lowest id (the synchronous mode's
     reducer), not the last; ``ids``: node i's id, written to its state dir before it starts
-    (which node holds the lowest: the synchronous mode's reducer)."""
+    (which node holds the lowest: the synchronous mode's reducer); ``node_env(i)``: environment
+    variables for node i alone."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -273,6 +279,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     data = ["--data-dir", data_dir] if data_dir else []
     cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, [*data, *extra]),
                                              *(node_args(i) if node_args else ())], port, place)
+    for i, node in enumerate(cluster.nodes):
+        node.env.update(node_env(i) if node_env else {})
     last: dict[int, dict[str, Any]] = {}
     killed: int | None = None
     killed_at, restarted = 0.0, False
@@ -331,5 +339,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
                                skipped=ex.get("skipped", 0), clipped=ex.get("clipped", 0),
                                outliers=ex.get("outliers", 0), sync_missed=y.get("missed", 0),
                                sync_replayed=y.get("replayed", 0), sync_step_ms=y.get("step_ms") or None,
+                               sync_outliers=y.get("outliers", 0),
+                               sync_largest_distance=y.get("largest_distance", 0.0),
                                node_id=s.get("node_id", "")))
     return TrainResult(name, rows, killed is not None or restarted, wall)

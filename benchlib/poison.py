@@ -19,6 +19,7 @@ member would hold it anyway.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -174,3 +175,25 @@ def train_attacked(name: str, workdir: Path, nodes: int, samples: int, attack: s
         if proxy is not None:
             proxy.stop()
     return res, proxy.poisoned if proxy is not None else 0
+
+
+#: the folder whose sitecustomize makes a node's worker a hostile member of the synchronous mode
+SYNC_ATTACK = Path(__file__).resolve().parent / "sync_attack"
+
+
+def train_sync_attacked(name: str, workdir: Path, nodes: int, samples: int, scale: float, extra: Sequence[str] = (),
+                        port: int = 7611, timeout: float = 600.0, attacker: int | None = None,
+                        **kwargs: Any) -> TrainResult:
+    """``benchlib.cluster.train`` in the synchronous mode with node ``attacker`` (the last by
+    default) hostile: each of its contributions to a step's mean is its honest one times
+    ``scale`` (``benchlib/sync_attack``; 1: an honest run with the same settings). ``extra``
+    must hold the synchronous mode's settings; ``kwargs`` go to ``train``."""
+    bad = nodes - 1 if attacker is None else attacker
+
+    def env(i: int) -> dict[str, str]:
+        if i != bad or scale == 1:
+            return {}
+        path = os.environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": f"{SYNC_ATTACK}{os.pathsep + path if path else ''}", "P2P_SYNC_ATTACK": repr(scale)}
+
+    return train(name, workdir, nodes, samples, extra, port, timeout, node_env=env, **kwargs)

@@ -137,7 +137,9 @@ def render_status(s: dict[str, Any]) -> str:
                      + (f"  slow, waited for: {' '.join(y['waited_for'])}" if y.get("waited_for") else "")
                      + (f"  stood down until round {y['resting_until']}" if y.get("resting_until") else "")
                      + "".join(f"  passing over {rid} until round {until}"
-                               for rid, until in sorted((y.get("passed_over") or {}).items())))
+                               for rid, until in sorted((y.get("passed_over") or {}).items()))
+                     + "".join(f"  outliers from {node}: {count}"  # exchange.sync_outlier, as the reducer here saw them
+                               for node, count in sorted((y.get("outlier_nodes") or {}).items())))
     lines.append("members:")
     peers = s.get("peers", {})
     for mb in s["members"]:

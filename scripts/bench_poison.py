@@ -19,6 +19,14 @@ fresh node's bootstrap adopts a peer's model whole, unclipped: docs/ALGORITHMS.m
     .venv/bin/python scripts/bench_poison.py                            # 8 runs, ~20 min on 2 busy cores
     .venv/bin/python scripts/bench_poison.py --robust clip --attacks none sign-flip --samples 10000
     .venv/bin/python scripts/bench_poison.py --write                    # + docs/BENCHMARKS.md
+
+``--sync-outlier`` runs the synchronous mode instead (``exchange.sync = "powersgd"``, int4 factors at
+rank 24, ``training.min_peers = 3``), once for each ``exchange.sync_outlier`` given and each
+``--sync-attacks`` scale: node 3's worker sends each contribution to a step's mean times the
+scale (``benchlib/sync_attack``; 1: honest). Every node ends with the models' mean, so all four
+are reported.
+
+    .venv/bin/python scripts/bench_poison.py --sync-outlier 8 0 --sync-attacks 1 -100
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib.cluster import ROOT
-from benchlib.poison import ATTACKS, SETTINGS, train_attacked
+from benchlib.poison import ATTACKS, SETTINGS, train_attacked, train_sync_attacked
 from benchlib.results import (
     add_output_args,
     append_jsonl,
@@ -42,6 +50,7 @@ from benchlib.results import (
 )
 
 SECTION = "## Poisoned models: one member of four attacking (robust averaging)"
+SYNC_SECTION = "## The synchronous mode with one hostile member (exchange.sync_outlier)"
 
 
 def run_one(rule: str, attack: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
@@ -70,6 +79,53 @@ def run_one(rule: str, attack: str, args: argparse.Namespace, workdir: Path) -> 
     return out
 
 
+#: the synchronous mode's settings (scripts/bench_scenarios.py's sync24-i4)
+SYNC = ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=24", "--set", "exchange.sync_values=int4",
+        "--set", "training.min_peers=3"]
+
+
+def run_sync(threshold: str, scale: float, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One synchronous run, node 3's contributions times ``scale``; every node's figures."""
+    extra = [*SYNC, "--set", f"exchange.sync_outlier={threshold}"]
+    res = train_sync_attacked(f"sync-{threshold}-{scale:g}", workdir, args.nodes, args.samples, scale, extra,
+                              args.port, args.timeout)
+    out = {"sync_outlier": threshold, "scale": scale, "accs": res.accuracies,
+           "outliers": sum(r.sync_outliers for r in res.rows),
+           "largest_distance": max((r.sync_largest_distance for r in res.rows), default=0.0),
+           "train_s": res.max_train_s, "settings": extra}
+    append_jsonl(args.jsonl, {"bench": "poison-sync", **out, **res.to_json()})
+    return out
+
+
+def sync_cells(r: dict[str, Any]) -> list[str]:
+    accs = sorted(r["accs"])
+    shown = " / ".join(f"{100 * a:.2f}" for a in (accs[0], statistics.median(accs), accs[-1])) if accs else "-"
+    return [r["sync_outlier"], "honest" if r["scale"] == 1 else f"its contributions x {r['scale']:g}", shown,
+            str(r["outliers"]), f"{r['largest_distance']:.2f}", f"{r['train_s']:.0f} s" if r["train_s"] else "-"]
+
+
+def main_sync(args: argparse.Namespace) -> int:
+    results = []
+    for threshold in args.sync_outlier:
+        for scale in args.sync_attacks:
+            print(f"== sync_outlier={threshold} node 3 x {scale:g}", flush=True)
+            results.append(run_sync(threshold, scale, args, Path(args.workdir)))
+            print(json.dumps(results[-1]), flush=True)
+    header = ["exchange.sync_outlier", "node 3", "every node's accuracy % min / median / max",
+              "outliers replaced", "largest distance (median distances)", "training time"]
+    text = table(header, [sync_cells(r) for r in results], "llrrrr")
+    print(text)
+    if args.write:
+        write_section(f"{SYNC_SECTION}\n\n{args.nodes} nodes, small CNN, Fashion-MNIST, IID shards, {args.samples} "
+                      "samples per node, cosine schedule, the synchronous mode (`" + " ".join(SYNC) + "`); node 3's "
+                      "worker sends each contribution times the scale shown (benchlib/sync_attack). Accuracy: every "
+                      "node's final checkpoint on the 10 000 test images (all end with the models' mean). Largest "
+                      "distance: of a contribution from its phase's coordinate-wise median, in median distances, as "
+                      "the reducer saw it (0: not measured, the check off)."
+                      f"\n\n```\n{command_line()}\n```\n\n- {machine()}\n\n{text}\n")
+    return 0
+
+
 def cells(r: dict[str, Any], base: dict[str, float]) -> list[str]:
     accs = sorted(r["honest_accs"])
     if len(accs) == 0:
@@ -90,8 +146,14 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--port", type=int, default=7611)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_poison"))
+    ap.add_argument("--sync-outlier", nargs="+", default=[], metavar="THRESHOLD",
+                    help="run the synchronous mode instead, with each exchange.sync_outlier given (0: off)")
+    ap.add_argument("--sync-attacks", nargs="+", type=float, default=[1.0, -100.0], metavar="SCALE",
+                    help="with --sync-outlier: node 3's contributions times each of these (1: honest)")
     add_output_args(ap, SECTION)
     args = ap.parse_args()
+    if args.sync_outlier:
+        return main_sync(args)
     results = []
     for rule in args.robust:
         for attack in args.attacks:

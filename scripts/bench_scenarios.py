@@ -299,7 +299,8 @@ def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topolo
 def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any, topo: Topology | None,
                 workdir: Path, seed: int = 0) -> Row:
     extra = ["--set", f"training.partition={sc.partition}", "--set", f"training.partition_seed={args.partition_seed}",
-             *(["--set", f"training.seed={seed}"] if seed else []), *VARIANTS[variant]]
+             *(["--set", f"training.seed={seed}"] if seed else []), *VARIANTS[variant],
+             *(arg for kv in args.settings for arg in ("--set", kv))]
 
     slowed = [args.nodes - 1]  # the node at half speed, once chosen
 
@@ -333,6 +334,10 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     if any(missed):  # exchange.sync: a run with no missed round is deterministic; say where one was not
         replayed = [r.sync_replayed for r in res.rows]
         row.note = (row.note + "; " if row.note else "") + f"rounds missed {missed}, replayed {replayed}"
+    far = [r.sync_largest_distance for r in res.rows if r.sync_largest_distance]
+    if far:  # exchange.sync: how far from the others a contribution came, as the reducer saw them
+        row.note = (row.note + "; " if row.note else "") + (
+            f"outliers {sum(r.sync_outliers for r in res.rows)}, largest distance {max(far):.2f}")
     if len(res.accuracies) < args.nodes:
         row.note = (row.note + "; " if row.note else "") + f"{len(res.accuracies)} of {args.nodes} checkpoints"
     append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,
@@ -368,6 +373,9 @@ def main() -> int:
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
     ap.add_argument("--rate", default="", help="the thin scenarios' tc rate instead of their own (say 10mbit)")
+    ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                    help="a node setting for every p2pnode variant, after the variant's own (repeatable; "
+                         "printed with the table)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--port", type=int, default=7571)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_scenarios"))
@@ -403,7 +411,8 @@ def main() -> int:
     header = ["scenario", "system", "accuracy % min / median / max", "spread (pt)", "bytes sent", "training time",
               "note"]
     text = table(header, [r.cells() for r in rows], "llrrrrl")
-    settings = "\n".join(f"- p2pnode {v}: `{' '.join(VARIANTS[v]) or '(conf/node.toml defaults)'}`"
+    also = "".join(f" --set {kv}" for kv in args.settings)
+    settings = "\n".join(f"- p2pnode {v}: `{(' '.join(VARIANTS[v]) + also).strip() or '(conf/node.toml defaults)'}`"
                          for v in args.variants)
     print(text)
     print(settings)

@@ -41,6 +41,8 @@ def test_example_config_is_valid_and_matches_defaults() -> None:
     ({"training": {"outer": "nesterov"}}, 'needs exchange.robust = "none"'),
     ({"training": {"outer": "nesterov"}, "exchange": {"robust": "none"}}, 'needs compression.publish_on = "steps"'),
     ({"exchange": {"peers_per_round": 0}}, "exchange.peers_per_round: must be > 0"),
+    ({"exchange": {"sync_outlier": 0.5}}, "exchange.sync_outlier: 0 (off) or at least 1"),
+    ({"exchange": {"sync_outlier": -1}}, "exchange.sync_outlier: must be >= 0"),
 ])
 def test_bad_values_are_named(data: dict, fragment: str) -> None:
     with pytest.raises(ConfigError) as err:

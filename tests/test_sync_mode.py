@@ -97,6 +97,35 @@ def test_the_endpoint_takes_members_only_and_refuses_bad_contributions(cluster) 
     assert msgpack.unpackb(body, raw=False)["data"] == sent  # one contribution: its mean is itself
 
 
+@pytest.mark.beside_clusters  # stub workers
+def test_one_contribution_far_from_the_others_is_taken_as_their_median(cluster) -> None:
+    """exchange.sync_outlier on a real daemon: four contributions to one phase, one of them the
+    others' gradient negated and 100 times over; every contributor gets the mean with that one
+    replaced by the phase's median, and status and the log name the node."""
+    d = cluster("d", extra=[*STUB, "--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=3",
+                            "--set", "exchange.accept_pushes=any", "--set", "exchange.sync_values=float16"])
+    d.wait_ready()
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=256)
+    parts = {**{n: (g + rng.normal(size=256)).astype("<f2") for n in ("w", "x", "y")}, "z": (-100 * g).astype("<f2")}
+    with ThreadPoolExecutor(4) as pool:  # one phase: the reducer waits sync_timeout for its own stub, then closes
+        answers = list(pool.map(lambda item: http_request(d.addr, "POST", f"/v1/sync?phase=0&round=-1&from={item[0]}",
+                                                          item[1].tobytes(), timeout=30), parts.items()))
+    assert {status for status, _, _ in answers} == {200}
+    outs = [msgpack.unpackb(body, raw=False) for _, _, body in answers]
+    assert {o["count"] for o in outs} == {4} and len({o["data"] for o in outs}) == 1
+    stack = np.stack([p.astype(np.float64) for p in parts.values()])
+    expected = (stack[:3].sum(axis=0) + np.median(stack, axis=0)) / 4
+    mean = np.frombuffer(outs[0]["data"], dtype="<f2").astype(np.float64)
+    assert np.allclose(mean, expected, rtol=1e-3, atol=1e-3) and float(mean @ g) > 0
+    sync = d.status()["sync"]
+    assert sync["outliers"] == 1 and sync["outlier_nodes"] == {"z": 1} and sync["largest_distance"] > 20
+    wait_for(lambda: "node z's contribution to round 0 (phase 0)" in d.log(), 10, "the outlier in the log")
+    shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", d.addr], capture_output=True, text=True,
+                           timeout=60, check=True).stdout
+    assert "outliers from z: 1" in shown, shown
+
+
 @pytest.mark.slow
 @pytest.mark.beside_clusters  # stub workers
 @pytest.mark.timeout(120)

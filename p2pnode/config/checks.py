@@ -94,6 +94,9 @@ def _check_exchange(cfg: Config) -> None:
         raise ConfigError("training.outer: nesterov needs compression.publish_on = \"steps\" (DiLoCo publishes "
                           "once a round, compression.publish_every = exchange.every; the default publishes "
                           "when fetched)")
+    if 0 < x.sync_outlier < 1:
+        # under the median distance about half the nodes would be replaced by the median every step
+        raise ConfigError(f"exchange.sync_outlier: 0 (off) or at least 1 (median distances), got {x.sync_outlier:g}")
     if cfg.http.not_modified_hold >= x.timeout:
         raise ConfigError("http.not_modified_hold: must be below exchange.timeout, or peers time out on it")
 

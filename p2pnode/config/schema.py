@@ -233,6 +233,12 @@ class ExchangeConfig(Table):
     #: label distribution is unlike the others' (total variation over 0.2: its classes are its
     #: own), not when it is like theirs (docs/ALGORITHMS.md, sync/lateness.py)
     sync_wait_for_slow: Literal["never", "auto", "always"] = "auto"
+    #: a node's contribution to a step's mean further from the others' coordinate-wise median
+    #: than this many times their median distance from it is an outlier, taken as the median
+    #: (three nodes or more; p2pnode/sync/outliers.py). Against one node whose gradient is off
+    #: by orders of magnitude (a bug, data of another scale, a hostile member), which otherwise
+    #: steers every node's step. Honest nodes measured up to 4.8. 0: off
+    sync_outlier: NonNegative = 8.0
 
 
 class CompressionConfig(Table):

@@ -86,7 +86,8 @@ class SyncActor:
         self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
                                wait_for_slow=cfg.exchange.sync_wait_for_slow,
-                               stood_down=self._stood_down, values=cfg.exchange.sync_values)
+                               stood_down=self._stood_down, values=cfg.exchange.sync_values,
+                               outlier=cfg.exchange.sync_outlier)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
@@ -389,7 +390,12 @@ class SyncActor:
                 "waited_for": sorted(slow - left_out),
                 "unlike": {n: round(d, 3) for n in sorted(late.classes) if (d := late.unlike(n, running)) is not None},
                 "wait_for_slow": self.reducer.wait_for_slow,
-                "step_ms": {n: round(v * 1000, 1) for n, v in sorted(late.step.items())}, **self.totals}
+                "step_ms": {n: round(v * 1000, 1) for n, v in sorted(late.step.items())},
+                # as this node's reducer saw them: contributions taken for outliers (exchange.sync_outlier),
+                # by node, and the largest distance of one from its phase's median, in median distances
+                "outliers": sum(self.reducer.outliers.by_node.values()),
+                "outlier_nodes": dict(sorted(self.reducer.outliers.by_node.items())),
+                "largest_distance": round(self.reducer.outliers.largest, 2), **self.totals}
 
     async def close(self) -> None:
         for task in list(self._tasks):

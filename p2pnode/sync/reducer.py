@@ -35,6 +35,7 @@ import numpy as np
 
 from p2pnode.sync.lateness import POLICIES, Lateness
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
+from p2pnode.sync.outliers import OutlierCheck
 from p2pnode.sync.outcome import Outcome, SyncRefused, parse, wire_kind
 from p2pnode.sync.standdown import StandDown
 from p2pnode.sync.values import KINDS, encode
@@ -70,12 +71,15 @@ FORGET_SLACK = 16
 class Reducer:
     def __init__(self, wait: float, running: Callable[[], set[str]], final_wait: float = 0.0, me: str = "",
                  stood_down: Callable[[], set[str]] = set, wait_for_slow: str = "never",
-                 values: str = "float16") -> None:
+                 values: str = "float16", outlier: float = 0.0) -> None:
         if wait_for_slow not in POLICIES:
             raise ValueError(f"wait_for_slow is one of {', '.join(POLICIES)}, not {wait_for_slow!r}")
         if values not in KINDS:
             raise ValueError(f"values are one of {', '.join(KINDS)}, not {values!r}")
         self.values = values  #: the factors' values on the wire, both ways (exchange.sync_values)
+        #: a contribution further from the phase's median than exchange.sync_outlier median
+        #: distances is taken as the median (sync/outliers.py)
+        self.outliers = OutlierCheck(outlier)
         self.wait = wait
         self.final_wait = final_wait  #: the longest the models' mean waits for a node still training
         self.running = running  #: ids of the running members, ours included
@@ -368,9 +372,10 @@ class Reducer:
         # to 8192 of them fit float64's 53 bits), int8 and int4 parts nearly so (each a 7- or 3-bit value times
         # a float32 scale: 31 bits), the models' float32 mean nearly so.
         names = sorted(bucket.parts)
-        total = np.zeros(bucket.parts[names[0]].shape, dtype=np.float64)
-        for name in names:
-            total += bucket.parts[name]
+        parts = self.outliers.apply(names, [bucket.parts[name] for name in names], bucket.round, phase)
+        total = np.zeros(parts[0].shape, dtype=np.float64)
+        for part in parts:
+            total += part
         mean = encode(total / len(names), wire_kind(phase, self.values))
         members = frozenset(names)
         if phase == FINAL:
@@ -393,3 +398,4 @@ class Reducer:
             self._last_group = members
         bucket.parts.clear()
         bucket.done.set_result((mean, members))
+

@@ -549,3 +549,33 @@ def test_the_reducer_forgets_the_times_and_histograms_of_nodes_gone_for_good() -
         assert set(r.late.classes) <= {"a", "b"} and set(r.late.seen) <= {"a", "b"}, r.late.classes.keys()
         assert len(r.late.classes) <= 2 + FORGET_SLACK
     asyncio.run(go())
+
+
+def test_an_outlying_contribution_is_taken_as_the_median_and_honest_rounds_are_as_without_the_check(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """exchange.sync_outlier (sync/outliers.py): one node's part 100 times the gradient, negated,
+    is replaced by the phase's median (counted, named in the log); the same round without it is
+    averaged to the same bytes with the check on and off."""
+    rng = np.random.default_rng(0)
+    g = rng.normal(size=64)
+    honest = {n: (g + rng.normal(size=64)).astype("<f2") for n in "abc"}
+
+    async def mean0(parts: dict[str, np.ndarray], outlier: float) -> tuple[bytes, Reducer]:
+        r = Reducer(0.5, lambda: set(parts), outlier=outlier)
+        first = await asyncio.gather(*(r.contribute(n, 0, -1, p.tobytes()) for n, p in parts.items()))
+        assert len({o.data for o in first}) == 1 and all(o.included for o in first)
+        return first[0].data, r
+
+    plain, _ = asyncio.run(mean0(honest, 0.0))
+    checked, r = asyncio.run(mean0(honest, 8.0))
+    assert checked == plain and not r.outliers.by_node and 0 < r.outliers.largest < 2
+    attacked = {**honest, "d": (-100 * g).astype("<f2")}
+    with caplog.at_level("WARNING", logger="p2pnode.sync"):
+        data, r = asyncio.run(mean0(attacked, 8.0))
+    stack = np.stack([p.astype(np.float64) for p in attacked.values()])
+    median = np.median(stack, axis=0)
+    assert values(data) == pytest.approx((stack[:3].sum(axis=0) + median) / 4, rel=1e-3, abs=1e-3)
+    assert r.outliers.by_node == {"d": 1} and r.outliers.largest > 20
+    assert "node d's contribution to round 0 (phase 0)" in caplog.text and "taken as the median" in caplog.text
+    unchecked, _ = asyncio.run(mean0(attacked, 0.0))
+    assert float(np.asarray(values(unchecked)) @ g) < 0 < float(np.asarray(values(data)) @ g)
