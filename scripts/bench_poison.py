@@ -35,6 +35,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,19 @@ def sync_cells(r: dict[str, Any]) -> list[str]:
             str(r["outliers"]), f"{r['largest_distance']:.2f}", f"{r['train_s']:.0f} s" if r["train_s"] else "-"]
 
 
-def main_sync(args: argparse.Namespace) -> int:
+def run_all(rules: list[Any], attacks: list[Any], run: Callable[[Any, Any], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``run(rule, attack)`` for every pair, in order, each result printed as it comes."""
     results = []
-    for threshold in args.sync_outlier:
-        for scale in args.sync_attacks:
-            print(f"== sync_outlier={threshold} node 3 x {scale:g}", flush=True)
-            results.append(run_sync(threshold, scale, args, Path(args.workdir)))
+    for rule in rules:
+        for attack in attacks:
+            print(f"== {rule} {attack}", flush=True)
+            results.append(run(rule, attack))
             print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def main_sync(args: argparse.Namespace) -> int:
+    results = run_all(args.sync_outlier, args.sync_attacks, lambda t, s: run_sync(t, s, args, Path(args.workdir)))
     header = ["exchange.sync_outlier", "node 3", "every node's accuracy % min / median / max",
               "outliers replaced", "largest distance (median distances)", "training time"]
     text = table(header, [sync_cells(r) for r in results], "llrrrr")
@@ -154,12 +161,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.sync_outlier:
         return main_sync(args)
-    results = []
-    for rule in args.robust:
-        for attack in args.attacks:
-            print(f"== robust={rule} attack={attack}", flush=True)
-            results.append(run_one(rule, attack, args, Path(args.workdir)))
-            print(json.dumps(results[-1]), flush=True)
+    results = run_all(args.robust, args.attacks, lambda rule, attack: run_one(rule, attack, args, Path(args.workdir)))
     base = {r["rule"]: statistics.median(r["honest_accs"]) for r in results
             if r["attack"] == "none" and r["honest_accs"]}
     header = ["exchange.robust", "node 3 serves", "honest nodes' accuracy % min / median / max",
