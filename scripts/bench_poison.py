@@ -51,7 +51,7 @@ from benchlib.results import (
 )
 
 SECTION = "## Poisoned models: one member of four attacking (robust averaging)"
-SYNC_SECTION = "## The synchronous mode with one hostile member (exchange.sync_outlier)"
+SYNC_SECTION = "## The synchronous mode with one hostile member (`exchange.sync_outlier`)"
 
 
 def run_one(rule: str, attack: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
