@@ -182,16 +182,14 @@ SYNC_ATTACK = Path(__file__).resolve().parent / "sync_attack"
 
 
 def train_sync_attacked(name: str, workdir: Path, nodes: int, samples: int, scale: float, extra: Sequence[str] = (),
-                        port: int = 7611, timeout: float = 600.0, attacker: int | None = None,
-                        **kwargs: Any) -> TrainResult:
-    """``benchlib.cluster.train`` in the synchronous mode with node ``attacker`` (the last by
-    default) hostile: each of its contributions to a step's mean is its honest one times
-    ``scale`` (``benchlib/sync_attack``; 1: an honest run with the same settings). ``extra``
-    must hold the synchronous mode's settings; ``kwargs`` go to ``train``."""
-    bad = nodes - 1 if attacker is None else attacker
+                        port: int = 7611, timeout: float = 600.0, **kwargs: Any) -> TrainResult:
+    """``benchlib.cluster.train`` in the synchronous mode with the last node hostile: each of its
+    contributions to a step's mean is its honest one times ``scale`` (``benchlib/sync_attack``;
+    1: an honest run with the same settings). ``extra`` must hold the synchronous mode's
+    settings; ``kwargs`` go to ``train``."""
 
     def env(i: int) -> dict[str, str]:
-        if i != bad or scale == 1:
+        if i != nodes - 1 or scale == 1:
             return {}
         path = os.environ.get("PYTHONPATH", "")
         return {"PYTHONPATH": f"{SYNC_ATTACK}{os.pathsep + path if path else ''}", "P2P_SYNC_ATTACK": repr(scale)}

@@ -259,6 +259,10 @@ class Row:
     seconds: float | None = None
     note: str = ""
 
+    def add_note(self, text: str) -> None:
+        """One more remark in the row's note column."""
+        self.note = f"{self.note}; {text}" if self.note else text
+
     def cells(self) -> list[str]:
         if not self.accs:
             return [self.scenario, self.system, "-", "-", f"{self.sent / 1e6:.0f} MB" if self.sent else "-",
@@ -327,19 +331,18 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
         slow = [r.train_seconds for r in res.rows if r.node == slowed[0] and r.train_seconds is not None]
         row.note = f"fast nodes' time; node {slowed[0]} took {slow[0]:.0f} s" if slow else ""
     if args.stagger:
-        row.note = (row.note + "; " if row.note else "") + f"nodes started {args.stagger:.0f} s apart"
+        row.add_note(f"nodes started {args.stagger:.0f} s apart")
     if samples != args.samples:
-        row.note = (row.note + "; " if row.note else "") + f"{samples} samples per node"
+        row.add_note(f"{samples} samples per node")
     missed = [r.sync_missed for r in res.rows]
     if any(missed):  # exchange.sync: a run with no missed round is deterministic; say where one was not
         replayed = [r.sync_replayed for r in res.rows]
-        row.note = (row.note + "; " if row.note else "") + f"rounds missed {missed}, replayed {replayed}"
+        row.add_note(f"rounds missed {missed}, replayed {replayed}")
     far = [r.sync_largest_distance for r in res.rows if r.sync_largest_distance]
     if far:  # exchange.sync: how far from the others a contribution came, as the reducer saw them
-        row.note = (row.note + "; " if row.note else "") + (
-            f"outliers {sum(r.sync_outliers for r in res.rows)}, largest distance {max(far):.2f}")
+        row.add_note(f"outliers {sum(r.sync_outliers for r in res.rows)}, largest distance {max(far):.2f}")
     if len(res.accuracies) < args.nodes:
-        row.note = (row.note + "; " if row.note else "") + f"{len(res.accuracies)} of {args.nodes} checkpoints"
+        row.add_note(f"{len(res.accuracies)} of {args.nodes} checkpoints")
     append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,
                               "settings": extra, "stagger": args.stagger, **res.to_json(), "wire_sent": sent})
     return row

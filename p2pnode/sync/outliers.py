@@ -88,8 +88,9 @@ def replace_outliers(parts: list[np.ndarray], threshold: float) -> tuple[list[np
         return parts, {}, 0.0
     ratio = dist / scale
     over = {i: float(r) for i, r in enumerate(ratio) if r > threshold}
-    out = [centre if i in over else part for i, part in enumerate(parts)]
-    return out if over else parts, over, float(ratio.max())
+    if not over:
+        return parts, {}, float(ratio.max())
+    return [centre if i in over else part for i, part in enumerate(parts)], over, float(ratio.max())
 
 
 class OutlierCheck:
@@ -108,11 +109,10 @@ class OutlierCheck:
         """``parts`` (from the nodes ``names``, for round ``rnd``'s ``phase``), each outlier replaced."""
         out, over, largest = replace_outliers(parts, self.threshold)
         self.largest = max(self.largest, largest)
-        now = time.monotonic()
         for i, ratio in over.items():
             node = names[i]
             self.by_node[node] += 1
-            if now - self._warned.get(node, -WARN_EVERY) >= WARN_EVERY:
+            if (now := time.monotonic()) - self._warned.get(node, -WARN_EVERY) >= WARN_EVERY:
                 self._warned[node] = now
                 log.warning("node %s's contribution to round %d (phase %d) lay %.1f times the others' distance "
                             "from their median (exchange.sync_outlier = %g): taken as the median (%d so far)",

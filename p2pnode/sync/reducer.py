@@ -398,4 +398,3 @@ class Reducer:
             self._last_group = members
         bucket.parts.clear()
         bucket.done.set_result((mean, members))
-
