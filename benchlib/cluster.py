@@ -256,7 +256,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           on_start: Callable[[Cluster], Any] | None = None,
           node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
           data_dir: str = "", kill_reducer: bool = False, ids: Sequence[str] = (),
-          node_env: Callable[[int], Mapping[str, str]] | None = None) -> TrainResult:
+          node_env: Callable[[int], Mapping[str, str | None]] | None = None) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -269,7 +269,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     ``kill_reducer``: the node killed is the one with the lowest id (the synchronous mode's
     reducer), not the last; ``ids``: node i's id, written to its state dir before it starts
     (which node holds the lowest: the synchronous mode's reducer); ``node_env(i)``: environment
-    variables for node i alone."""
+    variables for node i alone (None: not set, as in a service's environment)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -280,7 +280,11 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, [*data, *extra]),
                                              *(node_args(i) if node_args else ())], port, place)
     for i, node in enumerate(cluster.nodes):
-        node.env.update(node_env(i) if node_env else {})
+        for key, value in (node_env(i) if node_env else {}).items():
+            if value is None:
+                node.env.pop(key, None)
+            else:
+                node.env[key] = value
     last: dict[int, dict[str, Any]] = {}
     killed: int | None = None
     killed_at, restarted = 0.0, False

@@ -10,7 +10,8 @@ both systems.
 
 Scenarios: ``iid`` (interleaved shards), ``dir0.5`` / ``dir0.1`` (per-class proportions from
 Dirichlet(alpha)), ``classes2`` (2 chunks of label-sorted data per node), ``thin25`` (every link
-at 25 Mbit/s: network namespaces and tc tbf, root only), ``thin-reducer`` / ``thin-other`` (one
+at 25 Mbit/s: network namespaces and tc tbf, root only), ``lan100`` / ``lan1g`` (every link at
+100 Mbit/s or 1 Gbit/s: an office's or a rack's ordinary wired links), ``thin-reducer`` / ``thin-other`` (one
 link alone at 25 Mbit/s: the synchronous mode's reducer's, or another node's), ``straggler`` (node 3 at half speed:
 SIGSTOP/SIGCONT duty cycle; DDP's rank 3 the same), ``straggler-reducer`` (the same, but the
 node at half speed is the one with the lowest id: the synchronous mode's reducer), ``kill`` (node 3 SIGKILLed half-way and
@@ -69,6 +70,8 @@ SCENARIOS = {s.name: s for s in [
     Scenario("dir0.1", "label skew, Dirichlet alpha 0.1", "dirichlet:alpha=0.1"),
     Scenario("classes2", "2 label-sorted chunks per node", "classes:k=2"),
     Scenario("thin25", "every link 25 Mbit/s, even shards", rate="25mbit"),
+    Scenario("lan100", "every link 100 Mbit/s, even shards", rate="100mbit"),
+    Scenario("lan1g", "every link 1 Gbit/s (an ordinary wired LAN), even shards", rate="1gbit"),
     Scenario("thin-reducer", "the reducer's link alone at 25 Mbit/s (node 0, the lowest id), even shards",
              rate="25mbit", thin_node=0, seed_reduces=True),
     Scenario("thin-other", "node 3's link alone at 25 Mbit/s (node 0 reduces), even shards", rate="25mbit",
@@ -316,13 +319,17 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
             slowed[0] = ids.index(min(ids))
         return DutyCycle([cluster.nodes[slowed[0]].pid], 0.5, args.slow_period)
 
+    # --node-env KEY=VALUE; KEY= unsets it (benchlib.cluster sets OMP_NUM_THREADS=1, which a
+    # systemd service does not)
+    node_env: dict[str, str | None] = {k: v or None for k, _, v in (kv.partition("=") for kv in args.node_env)}
     before = topo.counters()[0] if topo else 0
     samples = args.p2p_samples or args.samples
     res: TrainResult = train(f"{sc.name}-{variant}" + (f"-seed{seed}" if args.repeat > 1 else ""), workdir, args.nodes, samples, extra, args.port,
                              args.timeout, place, kill_last_at=0.5 if sc.kill else 0.0,
                              restart_after=sc.restart_after if sc.kill else -1.0, on_start=slow_last, stagger=args.stagger,
                              kill_reducer=sc.kill_reducer,
-                             ids=[f"{i:016x}" for i in range(args.nodes)] if sc.seed_reduces else ())
+                             ids=[f"{i:016x}" for i in range(args.nodes)] if sc.seed_reduces else (),
+                             node_env=lambda i: node_env)
     sent = (topo.counters()[0] - before) if topo else float(res.bytes_received)
     fast = [r.train_seconds for r in res.rows if r.train_seconds is not None and not (sc.straggler and r.node == slowed[0])]
     row = Row(sc.name, f"p2pnode {variant}" + (f", seed {seed}" if args.repeat > 1 else ""), res.accuracies, sent,
@@ -344,7 +351,8 @@ def run_p2p_row(sc: Scenario, variant: str, args: argparse.Namespace, place: Any
     if len(res.accuracies) < args.nodes:
         row.add_note(f"{len(res.accuracies)} of {args.nodes} checkpoints")
     append_jsonl(args.jsonl, {"bench": "scenarios", "scenario": sc.name, "system": "p2pnode", "variant": variant,
-                              "settings": extra, "stagger": args.stagger, **res.to_json(), "wire_sent": sent})
+                              "settings": extra, "node_env": args.node_env, "stagger": args.stagger, **res.to_json(),
+                              "wire_sent": sent})
     return row
 
 
@@ -379,6 +387,9 @@ def main() -> int:
     ap.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
                     help="a node setting for every p2pnode variant, after the variant's own (repeatable; "
                          "printed with the table)")
+    ap.add_argument("--node-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="an environment variable for every p2pnode node (repeatable; KEY= unsets it: "
+                         "OMP_NUM_THREADS= runs the nodes as a service would, without the benchmark's 1)")
     ap.add_argument("--timeout", type=float, default=900.0)
     ap.add_argument("--port", type=int, default=7571)
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_scenarios"))
@@ -417,6 +428,8 @@ def main() -> int:
     also = "".join(f" --set {kv}" for kv in args.settings)
     settings = "\n".join(f"- p2pnode {v}: `{(' '.join(VARIANTS[v]) + also).strip() or '(conf/node.toml defaults)'}`"
                          for v in args.variants)
+    if args.node_env:
+        settings += "\n- every p2pnode node's environment: " + ", ".join(f"`{kv}`" for kv in args.node_env)
     print(text)
     print(settings)
     if args.write:

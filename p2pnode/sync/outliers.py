@@ -71,6 +71,16 @@ def median(parts: list[np.ndarray]) -> np.ndarray:
     return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """The dot product of two vectors in numpy's own loop, not BLAS's (``a @ b``): OpenBLAS
+    hands a vector this long to its thread pool, whose threads spin for cores that the workers
+    keep busy. The reducer makes three a contribution, on the event loop. In daemons run as a
+    service is (no ``OMP_NUM_THREADS=1``, which the benchmarks and the demo set), one ``@`` took
+    about 8 ms on a loaded 2-core machine against 0.07 ms here, and 4 nodes' synchronous runs
+    took 1.3 times as long (docs/BENCHMARKS.md, "The reducer's dot products and BLAS's threads")."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def replace_outliers(parts: list[np.ndarray], threshold: float) -> tuple[list[np.ndarray], dict[int, float], float]:
     """(``parts`` with each outlier replaced by the centre; the outliers' indices, each with its
     distance from the centre in units of the scale; the largest such distance of the phase, 0
@@ -80,9 +90,9 @@ def replace_outliers(parts: list[np.ndarray], threshold: float) -> tuple[list[np
         return parts, {}, 0.0
     parts64 = [np.asarray(p, dtype=np.float64) for p in parts]
     centre = median(parts64)
-    cc = float(centre @ centre)
+    cc = dot(centre, centre)
     # |p - c|^2 from dot products: no array as long as the phase for each part (0 at least: rounding)
-    dist = np.sqrt(np.maximum(0.0, [float(p @ p) - 2 * float(p @ centre) + cc for p in parts64]))
+    dist = np.sqrt(np.maximum(0.0, [dot(p, p) - 2 * dot(p, centre) + cc for p in parts64]))
     scale = max(float(np.median(dist)), FLOOR * float(np.sqrt(cc)))
     if scale <= 0:  # every part the same
         return parts, {}, 0.0

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from p2pnode.sync.outliers import FLOOR, MIN_PARTS, median, replace_outliers
+from p2pnode.sync.outliers import FLOOR, MIN_PARTS, dot, median, replace_outliers
 
 
 def honest(n: int, size: int = 4000, seed: int = 0) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -38,6 +38,15 @@ def test_outliers_become_the_median_and_every_other_part_is_untouched(n: int, th
             assert np.allclose(after, centre, rtol=1e-12, atol=1e-12) and over[i] == pytest.approx(dist[i] / unit) and over[i] > threshold
         else:
             assert after is before and dist[i] / unit <= threshold * (1 + 1e-12)
+
+
+@given(st.integers(1, 200_000), st.integers(0, 2**32 - 1))
+@settings(max_examples=30, deadline=None)
+def test_the_distances_dot_product_is_blas_s_to_rounding(size: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=size), rng.normal(size=size) * rng.choice([1e-6, 1.0, 1e6])
+    assert dot(a, b) == pytest.approx(float(a @ b), rel=1e-9, abs=1e-9 * float(np.abs(a) @ np.abs(b)))
+    assert dot(a, a) == pytest.approx(float(a @ a), rel=1e-12)
 
 
 @given(st.integers(MIN_PARTS, 9), st.integers(0, 2**32 - 1))
