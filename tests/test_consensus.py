@@ -114,3 +114,26 @@ def test_survivors_agree_when_a_node_dies(cluster) -> None:
     for n in (a, b):
         n.stop()
     assert distance(model_of(a), model_of(b)) <= 2.5 * TOL
+
+
+@pytest.mark.timeout(240)
+def test_a_node_that_trained_before_meeting_its_peers_keeps_its_model(cluster) -> None:
+    """A start (bootstrap) not taken by the end of training is not taken: b's first round comes
+    after its 48 steps (exchange.every = 64), and it must not then swap its trained model for a
+    peer's copy (seen on a fast machine with the defaults: two nodes took the seed's copy of its
+    step ~12 after their training, and the three never agreed)."""
+    a = cluster("a", extra=["--shard", "0/3", *SKEWED])
+    b = cluster("b", seeds=[a.addr], extra=["--shard", "1/3", *SKEWED, "--set", "exchange.every=64",
+                                            "--set", "exchange.max_lead=0"])
+    c = cluster("c", seeds=[a.addr], extra=["--shard", "2/3", *SKEWED])
+    nodes = [a, b, c]
+    for n in nodes:
+        n.wait_ready(90)
+    wait_for(lambda: b.status()["bootstrap"]["state"] != "pending", 60, "b's start to settle")
+    boot = b.status()["bootstrap"]
+    assert boot["state"] == "own" and boot["detail"] == "training ended first", boot
+    for n in nodes:
+        wait_for(lambda n=n: n.status()["training"]["done"], 60, f"{n.name} to finish training")
+    for n in nodes:
+        wait_for(lambda n=n: agreed(n), 60, f"{n.name} to agree with its peers")
+    assert "started from" not in b.log_path.read_text()

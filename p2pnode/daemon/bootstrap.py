@@ -145,7 +145,8 @@ class BootstrapState:
 
     pending: bool
     #: "pending", "adopted" (agreed by other peers), "unchecked" (one peer only), "own" (no
-    #: agreement after MAX_VOTES votes: the node's own model), "off" (not asked, or resumed)
+    #: agreement after MAX_VOTES votes, or training ended first: the node's own model), "off"
+    #: (not asked, or resumed)
     state: str = "pending"
     source: str | None = None
     agreed: list[str] = field(default_factory=list)

@@ -110,6 +110,7 @@ class Exchange:
         slots = asyncio.Semaphore(2 if x.pipeline else 1)
         async with asyncio.TaskGroup() as rounds:
             while True:
+                self.keep_own_if_trained()
                 if self.clock.done:
                     # training over: quickly until we agree with every peer, then gently
                     reached = self.consensus()["reached"]
@@ -233,6 +234,19 @@ class Exchange:
         self.slow.useful(peer.node_id, latency)
         return await self._take(peer, rec, resp.body, nth=next(landed), genesis=bool(genesis), wire=resp.wire_bytes)
 
+    def keep_own_if_trained(self) -> bool:
+        """A start not yet taken when training has ended (a short run on a fast machine, peers
+        that came late) is not taken at all: our model is trained, and a peer's copy now, an early
+        publish maybe, would throw that away. Seen: two of three nodes on skewed shards each took
+        the seed's copy of its step ~12 after their 48 steps, left the seed out as an outlier
+        from there, and the consensus finish never brought the three together."""
+        if not (self.boot.pending and self.clock.done):
+            return False
+        log.info("bootstrap: training ended before a peer's model was taken; keeping ours")
+        self.boot.detail = "training ended first"
+        self.boot.settle("own")
+        return True
+
     async def bootstrap(self, peers: list[Member]) -> None:
         """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""
         boot, x = self.boot, self.cfg.exchange
@@ -242,6 +256,8 @@ class Exchange:
         self.follow_worker()
         voters = random.sample(peers, min(VOTERS, len(peers)))
         offers = await collect(self.client, voters, x.timeout, self.cfg.http.max_payload_bytes, self.node_id)
+        if self.keep_own_if_trained():  # training ended while the votes came
+            return
         verdict = judge(offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
         boot.votes += 1
         if verdict.dissent:
