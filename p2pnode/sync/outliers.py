@@ -75,7 +75,7 @@ def dot(a: np.ndarray, b: np.ndarray) -> float:
     """The dot product of two vectors in numpy's own loop, not BLAS's (``a @ b``): OpenBLAS
     hands a vector this long to its thread pool, whose threads spin for cores that the workers
     keep busy. The reducer makes three a contribution, on the event loop. In daemons run as a
-    service is (no ``OMP_NUM_THREADS=1``, which the benchmarks and the demo set), one ``@`` took
+    service (no ``OMP_NUM_THREADS=1``, which the benchmarks and the demo set), one ``@`` took
     about 8 ms on a loaded 2-core machine against 0.07 ms here, and 4 nodes' synchronous runs
     took 1.3 times as long (docs/BENCHMARKS.md, "The reducer's dot products and BLAS's threads")."""
     return float(np.einsum("i,i->", a, b))
