@@ -35,6 +35,7 @@ from typing import Any
 from benchlib.cluster import ROOT, Cluster, TrainResult, loopback, node_ids, train
 from benchlib.ddp import DdpRun, run_ddp
 from benchlib.netns import Topology, unavailable
+from benchlib.paired import ddp_run_name
 from benchlib.procs import DutyCycle
 from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
 
@@ -280,7 +281,9 @@ class Row:
 def run_ddp_row(sc: Scenario, args: argparse.Namespace, place: Any, topo: Topology | None, seed: int = 0) -> Row:
     run = DdpRun(workers=args.nodes, samples=args.samples, partition=sc.partition, partition_seed=args.partition_seed,
                  seed=seed, bucket_cap_mb=args.ddp_bucket_mb, order=args.ddp_order,
-                 kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0)
+                 kill_at=(args.samples // 64) // 2 if sc.kill else 0, max_seconds=args.ddp_max_seconds if sc.rate else 0,
+                 log_dir=str(Path(args.ddp_save).resolve() / ddp_run_name(sc.name, seed, args.partition_seed, args.ddp_order))
+                 if args.ddp_save else "")
     on_start = (lambda procs: DutyCycle([procs[-1].pid], 0.5, args.slow_period)) if sc.straggler else None
     before = topo.counters()[0] if topo else 0
     env = {"GLOO_SOCKET_IFNAME": "eth0"} if topo else None
@@ -381,6 +384,9 @@ def main() -> int:
                     help="DDP's batch orders: its own, or the ones p2pnode's nodes draw for the same seed (the "
                          "same batches in the same order: the two systems then differ only in how they average)")
     ap.add_argument("--ddp-only", action="store_true", help="run DDP alone, no p2pnode variant")
+    ap.add_argument("--ddp-save", default="", metavar="DIR",
+                    help="keep each DDP run's final model (and per-step records) in DIR/SCENARIO-seedS-pP-ORDER, "
+                         "for a paired comparison with p2pnode's final models (scripts/study_paired.py)")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
     ap.add_argument("--rate", default="", help="the thin scenarios' tc rate instead of their own (say 10mbit)")
