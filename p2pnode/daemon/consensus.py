@@ -37,21 +37,25 @@ class ConsensusFinish:
         self.recent.append(distance)
         self.averages_after_done += 1
 
-    def status(self, done: bool, peers: int, distances: Iterable[float]) -> dict[str, Any]:
+    def status(self, done: bool, peers: int, distances: Iterable[float], left_out: int = 0) -> dict[str, Any]:
         """Whether training is over and our model is within tolerance of the peers we average
         with: the last CONSENSUS_WINDOW averages since training ended, and the last one with
         every alive peer measured so far (``distances``: peers left out, dead or clipped do not
         count). A node averages only with the peers its selection graph gives it (two of three
         in a 4-node exponential graph), and agreement along the graph's edges is agreement of
-        all: so not every peer needs a measurement."""
+        all: so not every peer needs a measurement. A node with no alive peer is alone and
+        agrees; one whose alive peers are all left out (``left_out``: their exchanges failed
+        again and again) is not alone, and has not agreed with anybody: not reached, until one
+        answers or membership calls them dead."""
         tol = self.tolerance
         known = list(distances)
         worst = max(known) if known else None
         recent = list(self.recent)
-        reached = done and (tol <= 0 or not peers or (  # alone: nobody to agree with
-            len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol))
+        alone = not peers and not left_out
+        reached = done and (tol <= 0 or alone or (peers > 0 and (
+            len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol)))
         self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
-        return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": peers}
+        return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": peers, "left_out": left_out}
 
     async def evaluate_agreed(self, reached: bool, worker: WorkerPipe) -> None:
         """On reaching agreement, ask the worker for the test-set figures of the model it now

@@ -386,7 +386,8 @@ class Exchange:
         peers = self.candidates()
         known = [d for p in peers if p.node_id in self.peers and not self.peers[p.node_id].last_clipped
                  and (d := self.peers[p.node_id].distance) is not None]
-        return self.finish.status(self.clock.done, len(peers), known)
+        left_out = len(self.membership.alive_peers()) - len(peers)
+        return self.finish.status(self.clock.done, len(peers), known, left_out)
 
     def status(self) -> dict[str, Any]:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
