@@ -49,8 +49,8 @@ def test_the_distances_dot_product_is_blas_s_to_rounding(size: int, seed: int) -
     assert dot(a, a) == pytest.approx(float(a @ a), rel=1e-12)
 
 
-@given(st.integers(MIN_PARTS, 9), st.integers(0, 2**32 - 1))
-@settings(max_examples=40, deadline=None)
+@given(st.integers(MIN_PARTS, 17), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
 def test_the_median_is_numpys(n: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     stack = rng.normal(size=(n, 30)) * rng.choice([1e-6, 1.0, 1e6], size=(n, 1))
