@@ -128,6 +128,11 @@ def render_status(s: dict[str, Any]) -> str:
         f"rejected {ex['rejected']}",
         f"bytes     model received {b['model_received']}  model served {b['model_served']}",
     ]
+    c = s.get("consensus") or {}
+    if t["done"] and "max_distance" in c:  # gossip's consensus finish (docs/ALGORITHMS.md)
+        lines.append(f"consensus {'reached' if c['reached'] else 'not yet'}  largest distance "
+                     f"{_fmt(c['max_distance'])} (tolerance {_fmt(c['tolerance'])})  peers measured {c['peers']}"
+                     + (f"  alive but left out {c['left_out']}" if c.get("left_out") else ""))
     if "sync" in s:  # exchange.sync: the all-reduce instead of the exchanges above
         y = s["sync"]
         lines.append(f"sync      {y['mode']} rank {y['rank']} {y.get('values', 'float16')}  reducer {y['reducer']}  rounds {y['rounds']}  "

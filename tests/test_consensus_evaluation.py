@@ -39,6 +39,7 @@ def test_agreement_brings_an_evaluation_of_the_agreed_model(cluster) -> None:
                            timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert "(the model agreed on: consensus finish)" in shown.stdout, shown.stdout
+    assert "consensus reached  largest distance" in shown.stdout, shown.stdout
 
 
 @pytest.mark.timeout(60)
