@@ -10,7 +10,8 @@ asks whether b and c are further apart than those coin tosses would put them (Di
 
 ``correct(dirs)`` loads final models (p2pnode checkpoints: a node's state dir, or a DDP rank's
 ``benchlib.ddp`` log folder) and returns, for each, which test images it classifies right;
-``compare(a, b)`` is the pure statistics. Loads torch only in ``correct``.
+``compare(a, b)`` is the pure statistics. Loads torch only in ``correct`` (through
+``benchlib.steplog.right``, the loop the benchmarks' accuracy figures come from).
 """
 
 from __future__ import annotations
@@ -80,23 +81,18 @@ def ddp_run_name(scenario: str, seed: int, partition_seed: int, order: str) -> s
 def correct(dirs: list[Path], limit: int = 0) -> list[np.ndarray]:
     """For each folder holding a final model (``checkpoint.pt``, the built-in CNN), which of the
     10 000 Fashion-MNIST test images (the first ``limit``; 0: all) it classifies right."""
-    import torch
-
+    from benchlib.steplog import right
     from p2pnode.checkpoint import CHECKPOINT_NAME, load
     from p2pnode.data import fashion_mnist
     from p2pnode.models import build_model
 
     test = fashion_mnist(False)
-    n = min(limit, len(test)) if limit else len(test)
     model = build_model("cnn")
-    model.eval()
     out: list[np.ndarray] = []
     for d in dirs:
         state = load(Path(d) / CHECKPOINT_NAME)
         if state is None:
             raise FileNotFoundError(f"no model in {d}")
         model.load_state_dict(state["model"])
-        with torch.no_grad():
-            pred = torch.cat([model(test.images[i:min(n, i + 1000)]).argmax(1) for i in range(0, n, 1000)])
-        out.append((pred == test.labels[:n]).numpy())
+        out.append(right(model, test, limit).numpy())
     return out

@@ -59,20 +59,24 @@ class StepLog:
         checkpoint.save(self.folder / f"rank{self.rank}" / checkpoint.CHECKPOINT_NAME, {"model": state})
 
 
-def evaluate(model: Any, split: Any, limit: int = 0) -> float:
-    """Accuracy of ``model`` on the first ``limit`` items of ``split`` (0: all)."""
+def right(model: Any, split: Any, limit: int = 0) -> Any:
+    """Which of the first ``limit`` items of ``split`` (0: all) ``model`` classifies right (a
+    bool tensor): the per-image view benchlib/paired.py compares two models by."""
     import torch
 
     n = len(split) if not limit else min(limit, len(split))
     was = model.training
     model.eval()
-    correct = 0
     with torch.no_grad():
-        for i in range(0, n, 1000):
-            out = model(split.images[i:min(n, i + 1000)])
-            correct += int((out.argmax(1) == split.labels[i:min(n, i + 1000)]).sum())
+        pred = torch.cat([model(split.images[i:min(n, i + 1000)]).argmax(1) for i in range(0, n, 1000)])
     model.train(was)
-    return correct / max(1, n)
+    return pred == split.labels[:n]
+
+
+def evaluate(model: Any, split: Any, limit: int = 0) -> float:
+    """Accuracy of ``model`` on the first ``limit`` items of ``split`` (0: all)."""
+    hits = right(model, split, limit)
+    return int(hits.sum()) / max(1, len(hits))
 
 
 def evaluate_checkpoints(train_images: int, dirs: list[Path | None]) -> list[dict[str, float | None]]:

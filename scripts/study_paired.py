@@ -72,10 +72,10 @@ def main() -> int:
         ddp, node_rights = right[0], right[1:1 + len(nodes)]
         worst = min(node_rights, key=lambda r: r.mean())
         p2p = compare(worst, ddp)
-        self_ = compare(right[-1], ddp) if order.is_dir() else None
         gaps_p2p.append(p2p.gap_pt)
-        same = compare(worst, right[-1]) if order.is_dir() else None
-        if self_ is not None and same is not None:
+        self_ = same = None  # DDP in the nodes' order against DDP; p2pnode against it
+        if order.is_dir():
+            self_, same = compare(right[-1], ddp), compare(worst, right[-1])
             gaps_ddp.append(self_.gap_pt)
             gaps_same.append(same.gap_pt)
             same_rows.append([sc, f"{seed} / {pseed}", f"{100 * same.acc_b:.2f}", f"{100 * same.acc_a:.2f}",

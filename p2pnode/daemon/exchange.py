@@ -94,9 +94,10 @@ class Exchange:
         #: exchange.max_lead: peers' steps, and the step our worker may not pass (daemon/pace.py)
         self.pace = Pace(cfg.exchange.max_lead)
 
-    def candidates(self) -> list[Member]:
+    def candidates(self, alive: list[Member] | None = None) -> list[Member]:
+        """The alive peers (``alive``, or membership's now) not left out after failed exchanges."""
         now = time.monotonic()
-        return [p for p in self.membership.alive_peers()
+        return [p for p in (self.membership.alive_peers() if alive is None else alive)
                 if self.peers.get(p.node_id) is None or self.peers[p.node_id].left_out_until <= now]
 
     async def run(self) -> None:
@@ -383,11 +384,11 @@ class Exchange:
     def consensus(self) -> dict[str, Any]:
         """Agreement after training (daemon/consensus.py), with the peers we average with now;
         a peer whose model we clip (poisoned, or far off) is not one to agree with."""
-        peers = self.candidates()
+        alive = self.membership.alive_peers()
+        peers = self.candidates(alive)
         known = [d for p in peers if p.node_id in self.peers and not self.peers[p.node_id].last_clipped
                  and (d := self.peers[p.node_id].distance) is not None]
-        left_out = len(self.membership.alive_peers()) - len(peers)
-        return self.finish.status(self.clock.done, len(peers), known, left_out)
+        return self.finish.status(self.clock.done, len(peers), known, len(alive) - len(peers))
 
     def status(self) -> dict[str, Any]:
         return {"totals": dict(self.totals.__dict__), "bootstrapped_from": self.bootstrapped_from,
