@@ -10,7 +10,8 @@
 # tests/conftest.py); P2PNODE_TEST_JOBS=0 runs them in this process (for pdb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-P2PNODE_TEST_TOOLS=1 bash scripts/setup.sh
+# The tests read real Fashion-MNIST (the Debian package dataset-fashion-mnist), as the demo does.
+P2PNODE_TEST_TOOLS=1 P2PNODE_NEED_DATA=1 bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 select=(-m "not slow")
