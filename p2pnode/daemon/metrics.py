@@ -90,6 +90,12 @@ class NodeMetrics:
             "p2pnode_training_diverging", f"1 while the worker keeps restoring: at least {DIVERGING_LOSSES} "
             f"non-finite losses in the last {DIVERGING_WINDOW:g} s; else 0", registry=r)
         self._nonfinite_at: deque[float] = deque(maxlen=DIVERGING_LOSSES)
+        self.loop_lag = Histogram(
+            "p2pnode_event_loop_lag_seconds", "How late the event loop's probe woke up (daemon/looplag.py): "
+            "the time one callback kept the loop, and every ping and request, waiting", registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5))
+        self.loop_lag_max = Gauge("p2pnode_event_loop_lag_max_seconds", "The event loop's longest stall since "
+                                  "start (daemon/looplag.py)", registry=r)
         for result in EXCHANGE_RESULTS:
             self.exchanges.labels(result)
         for reason in REJECT_REASONS:

@@ -26,6 +26,7 @@ from p2pnode.config import Config, parse_hostport
 from p2pnode.daemon import dashboard, early_signals, identity, journal, notify
 from p2pnode.daemon.exchange import Exchange
 from p2pnode.daemon.http import HttpApi
+from p2pnode.daemon.looplag import LoopLag
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.supervisor import WorkerFailed, WorkerSupervisor
 from p2pnode.membership.base import JoinError, Membership, MemberState
@@ -71,6 +72,8 @@ class Node:
         self.identity = identity.load_or_create(self.state_dir, cfg.node.id)
         self.node_id = self.identity.node_id
         self.metrics = NodeMetrics()
+        #: the event loop's stalls (model-sized work on the loop shows up here)
+        self.loop_lag = LoopLag(self.metrics.loop_lag, self.metrics.loop_lag_max)
         self.secret = _secret(cfg)
         self.client = PeerClient(self.secret, _client_ssl(cfg), cfg.http.max_payload_bytes, f"p2pnode/{__version__}")
         self.supervisor = WorkerSupervisor(cfg, self.node_id, self.metrics)
@@ -150,6 +153,7 @@ class Node:
             "consensus": ex["consensus"],
             "robust": ex["robust"],
             "pace": ex["pace"],
+            "event_loop": self.loop_lag.status(),
             "pushes": {**self.api.pushes.status(), "accepted": self.api.pushes_accepted} if self.api else {},
             "members": [mb.to_json() for mb in self.membership.members()],
             "membership": self.membership.status(),
@@ -361,6 +365,7 @@ class Node:
                 tg.create_task(self._supervised("checkpointer", self._checkpointer), name="checkpointer")
                 tg.create_task(self._member_gauges(), name="member-gauges")
                 tg.create_task(notify.watchdog_loop(), name="watchdog")
+                tg.create_task(self.loop_lag.run(), name="loop-lag")
                 lg = self.cfg.logging  # the training journal, STATE_DIR/history.jsonl
                 tg.create_task(journal.run(self.status, self.state_dir, lg.history_interval, lg.history_max_bytes),
                                name="journal")
