@@ -64,7 +64,10 @@ class Worker:
         self.node_id = node_id
         self.ckpt_path = Path(cfg.node.state_dir) / checkpoint.CHECKPOINT_NAME
         self.trainer = ShardTrainer(cfg)
+        began = time.monotonic()
         state = checkpoint.load(self.ckpt_path)
+        if state is not None:  # the resume's cost at this model's size (scripts/bench_model_size.py reads it)
+            log.info("checkpoint loaded in %.2f s", time.monotonic() - began)
         version = 0
         if state is not None:
             try:
@@ -139,7 +142,9 @@ class Worker:
         if self.outer is not None:
             state["outer"] = self.outer.state_dict()
         try:
+            began = time.monotonic()
             checkpoint.save(self.ckpt_path, state)
+            log.info("checkpoint at step %d written in %.2f s", self.trainer.step, time.monotonic() - began)
             self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path)))
         except OSError as exc:
             self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path), ok=False,
