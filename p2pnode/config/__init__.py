@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from p2pnode.config.base import MAX_SECONDS, ConfigError, parse_hostport, parse_shard
 from p2pnode.config.checks import validate
-from p2pnode.config.load import _coerce, coerce, decode, load_file, merge, set_option
+from p2pnode.config.load import coerce, decode, load_file, merge, set_option
 from p2pnode.config.schema import (
     ROLES,
     SWIM_BOUNDS,
@@ -35,6 +35,6 @@ from p2pnode.config.schema import (
 __all__ = [
     "MAX_SECONDS", "ROLES", "SWIM_BOUNDS", "SWIM_TIMINGS", "CheckpointConfig", "CompressionConfig", "Config",
     "ConfigError", "ExchangeConfig", "HttpConfig", "LoggingConfig", "MembershipConfig", "NodeConfig",
-    "TrainingConfig", "_coerce", "coerce", "decode", "load_file", "merge", "parse_hostport", "parse_shard",
+    "TrainingConfig", "coerce", "decode", "load_file", "merge", "parse_hostport", "parse_shard",
     "set_option", "validate",
 ]

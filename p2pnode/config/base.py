@@ -1,6 +1,9 @@
-"""The error every configuration problem raises, and the parsers of values that are strings on
-the outside: ``HOST:PORT`` addresses and ``I/N`` shards. Imported by the schema, the loader, the
-checks and by modules outside the package (the daemon binds with :func:`parse_hostport`)."""
+"""The error every configuration problem raises, and the grammars of values that are strings on
+the outside: ``HOST:PORT`` addresses, ``I/N`` shards, node ids and task names. Imported by the
+schema, the loader, the checks and by modules outside the package (the daemon binds with
+:func:`parse_hostport`, its identity file and membership messages read node ids by
+:func:`node_id_error`, the task registry resolves what :func:`task_name_error` lets through):
+kept here, below them all, so that checking a configuration imports none of them."""
 
 from __future__ import annotations
 
@@ -16,6 +19,12 @@ class ConfigError(ValueError):
 MAX_SECONDS = 86400
 #: integers travel to the worker as 64-bit integers (msgpack on the pipe)
 I64_MAX = 2**63 - 1
+
+#: characters in a node id (a membership message carries it; identity.json holds it)
+MAX_ID = 128
+
+_IMPORT_STRING = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_SHORT_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")
 
 #: a host name or IPv4 address, or an IPv6 address in brackets (with an optional zone)
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]")
@@ -43,3 +52,19 @@ def parse_shard(value: str) -> tuple[int, int]:
     if not sep or not i.isdigit() or not n.isdigit() or not 0 <= int(i) < int(n):
         raise ConfigError(f"training.shard: {value!r} is not I/N with 0 <= I < N")
     return int(i), int(n)
+
+
+def node_id_error(node_id: object) -> str | None:
+    """Why ``node_id`` cannot be a node id (None: it can): 1..MAX_ID printable characters, no
+    space at either end, what a membership message can carry and identity.json hold."""
+    if (isinstance(node_id, str) and 0 < len(node_id) <= MAX_ID and node_id.isprintable()
+            and node_id.strip() == node_id):
+        return None
+    return f"node_id must be 1..{MAX_ID} printable characters, no space at either end, got {node_id!r:.60}"
+
+
+def task_name_error(value: str) -> str | None:
+    """Why ``value`` cannot name a task (None: it can): ``MODULE:ATTRIBUTE`` or a short name."""
+    if not value or _IMPORT_STRING.fullmatch(value) or _SHORT_NAME.fullmatch(value):
+        return None
+    return f"{value!r} is neither MODULE:ATTRIBUTE nor a short name"

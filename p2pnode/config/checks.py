@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from p2pnode.config.base import ConfigError, parse_hostport, parse_shard
+from p2pnode.config.base import ConfigError, node_id_error, parse_hostport, parse_shard, task_name_error
 from p2pnode.config.load import decode
 from p2pnode.config.schema import Config
 
@@ -27,14 +27,9 @@ def validate(cfg: Config) -> None:
 
 
 def _check_node(cfg: Config) -> None:
-    from p2pnode.daemon.identity import InvalidIdentity, check_id
-
     n = cfg.node
-    if n.id:
-        try:
-            check_id(n.id)
-        except InvalidIdentity as exc:
-            raise ConfigError(f"node.id: {exc}") from None
+    if n.id and (why := node_id_error(n.id)) is not None:
+        raise ConfigError(f"node.id: {why}")
     parse_hostport(n.listen, "node.listen")
     if n.advertise:
         parse_hostport(n.advertise, "node.advertise")
@@ -50,12 +45,11 @@ def _check_training(cfg: Config) -> None:
     from p2pnode import partition
     from p2pnode.compression import specs
     from p2pnode.model_names import MODEL_INPUTS
-    from p2pnode.tasks.registry import check_syntax
 
     t, c = cfg.training, cfg.compression
     if t.model not in MODEL_INPUTS:
         raise ConfigError(f"training.model: {t.model!r} is not one of {', '.join(MODEL_INPUTS)}")
-    if (why := check_syntax(t.task)) is not None:
+    if (why := task_name_error(t.task)) is not None:
         raise ConfigError(f"training.task: {why}")
     if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", t.device):
         raise ConfigError(f"training.device: {t.device!r} is not auto, cpu, cuda or cuda:I")

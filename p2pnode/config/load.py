@@ -216,7 +216,3 @@ def coerce(where: str, value: Any, typ: Any) -> Any:
         raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     return out
 
-
-def _coerce(section: str, key: str, value: Any, typ: Any) -> Any:
-    """The old name of :func:`coerce`, kept for callers outside the package."""
-    return coerce(f"{section}.{key}", value, typ)

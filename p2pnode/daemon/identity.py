@@ -25,7 +25,8 @@ from pathlib import Path
 
 from p2pnode.checkpoint import set_aside, write_atomic
 from p2pnode.membership.base import MAX_INCARNATION
-from p2pnode.membership.swim.messages import MAX_ID, MessageError, check_addr
+from p2pnode.config.base import node_id_error
+from p2pnode.membership.swim.messages import MessageError, check_addr
 
 IDENTITY_FILE = "identity.json"
 MEMBERS_FILE = "members.json"
@@ -81,10 +82,9 @@ def _set_aside(path: Path, why: object, then: str) -> None:
 
 def check_id(node_id: str) -> str:
     """``node_id`` if a membership message could carry it (and a file hold it); InvalidIdentity if not."""
-    if not (isinstance(node_id, str) and 0 < len(node_id) <= MAX_ID and node_id.isprintable()
-            and node_id.strip() == node_id):
-        raise InvalidIdentity(f"node_id must be 1..{MAX_ID} printable characters, no space at either end, "
-                              f"got {node_id!r:.60}")
+    why = node_id_error(node_id)
+    if why is not None:
+        raise InvalidIdentity(why)
     return node_id
 
 

@@ -86,7 +86,7 @@ class TaskContext:
 
     def setting(self, key: str, default: Any) -> Any:
         """``[task] key`` as the type of ``default`` (bool, int, float, str, list), or ``default``."""
-        from p2pnode.config import ConfigError, _coerce
+        from p2pnode.config import ConfigError, coerce
 
         self.read.add(key)
         if key not in self.settings:
@@ -99,7 +99,7 @@ class TaskContext:
         else:
             default_type = type(default)
         try:
-            return _coerce("task", key, value, default_type)
+            return coerce(f"task.{key}", value, default_type)
         except ConfigError as exc:
             raise TaskError(str(exc)) from None
 

@@ -16,7 +16,6 @@ the preflight probe only.
 from __future__ import annotations
 
 import importlib
-import re
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -32,20 +31,10 @@ BUILTIN_TASKS: dict[str, str] = {
     "imagefolder": "p2pnode.tasks.vision:imagefolder",
 }
 
-_IMPORT_STRING = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
-_SHORT_NAME = re.compile(r"[A-Za-z0-9][\w.-]*")
-
 
 def configured_name(training: Any) -> str:
     """The task's name as configured: ``training.task``, or ``builtin`` when it is empty."""
     return str(training.task) or "builtin"
-
-
-def check_syntax(value: str) -> str | None:
-    """Why ``value`` cannot name a task (None: it can). Torch-free: config validation uses it."""
-    if not value or _IMPORT_STRING.fullmatch(value) or _SHORT_NAME.fullmatch(value):
-        return None
-    return f"{value!r} is neither MODULE:ATTRIBUTE nor a short name"
 
 
 def resolve(name: str) -> Any:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+from p2pnode.config.base import MAX_ID
 from p2pnode.membership.base import MemberState
 
 VERSION = 1
-MAX_ID = 128  # characters in a node id
 MAX_ADDR = 255  # characters in "host:port"
 MAX_UPDATES = 256  # updates in one message (the byte budget usually stops far earlier)
 MAX_RECORDS = 65536  # member records in one push-pull
