@@ -62,8 +62,8 @@ class ConsensusFinish:
         holds, the one every node ends with. Why: the worker evaluates when its training ends,
         before the consensus finish's averages, so that figure (status, metrics, log) was of
         the node's own model as its shard left it: 0.1-0.6 pt off the agreed one with the
-        defaults on skewed shards, 11 points with one class a node (docs/BENCHMARKS.md,
-        "The figure after the consensus finish"). Asked once each time agreement is reached
+        defaults on skewed shards, 11 points with one class a node (docs/ALGORITHMS.md,
+        "Consensus finish"). Asked once each time agreement is reached
         after averages the last figure did not see (a node alone, or with
         ``consensus_tolerance = 0``, averages nothing after training: its figure stands)."""
         if reached and not self.agreed and self.averages_after_done > self.evaluated_after:

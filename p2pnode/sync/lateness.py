@@ -14,13 +14,12 @@ speed (within half again) are always waited for, as before.
 
 Which slow nodes are waited for all the same is ``exchange.sync_wait_for_slow``: ``never``,
 ``always`` (as DDP), or ``auto``: the ones whose data is *unlike* the others'. Dropping a slow
-node's gradients costs only its share of the samples where its data is like everyone's (−0.2 to
-−0.5 pt on even shards), but its classes where they are its own (up to −18 pt on Dirichlet 0.1
-shards: docs/BENCHMARKS.md, fifteenth and sixteenth rounds). Each phase 0 carries its node's
-label histogram (the task's, when it has labels); a slow node whose label distribution is over
-``UNLIKE`` away (total variation, ``partition.distance``) from the others' pooled one is waited
-for. A node whose histogram is unknown (a task without labels) is judged like the others: not
-waited for.
+node's gradients costs only its share of the samples where its data is like everyone's, but its
+classes where they are its own (docs/ALGORITHMS.md, "Synchronous PowerSGD", has the figures).
+Each phase 0 carries its node's label histogram (the task's, when it has labels); a slow node
+whose label distribution is over ``UNLIKE`` away (total variation, ``partition.distance``) from
+the others' pooled one is waited for. A node whose histogram is unknown (a task without labels)
+is judged like the others: not waited for.
 """
 
 from __future__ import annotations

@@ -3,30 +3,16 @@ coordinate-wise median instead. Torch-free (numpy): the reducer runs in the daem
 
 Why: the reducer gives every contribution the same weight, so one node whose gradient is off by
 orders of magnitude (a bug in its task, data of another scale, a broken machine, or a member
-that sends its gradient negated and scaled up) carries every node's step with it: the mean is
-clipped to ``training.grad_clip`` afterwards, but its direction is then that node's. DDP shares
-the flaw. Measured (docs/BENCHMARKS.md, "The synchronous mode with one hostile member"): one node
-of four sending its factors times −100 left every node at chance (10 %).
-
-The centre is the coordinate-wise median of the phase's contributions, which fewer than half of
-them cannot move far whatever they hold. A contribution further from it than ``sync_outlier``
-times the median of their distances from it (at least ``FLOOR`` of the centre's norm) is
-replaced by the centre. Pulling it in only as far as that distance (centred clipping,
-Karimireddy, He, Jaggi 2021) was measured first and kept too much of the attack: with a bound of
-4 the same node still took every node to 70.9 %, with 2 to 85.7 %, because the honest nodes'
-contributions differ from one another by more than the mean gradient itself (each is one
-batch's noisy estimate), so a node at the bound, always on the same side, outweighs the signal.
-
-Honest contributions lie at distances of one size, but a node whose classes are its own lies
-further out than the rest: over runs of 469 steps the largest were 2.5 (4 nodes, even shards)
-to 4.8 (Dirichlet 0.5, once, mid-run) median distances, and 7.2 with 8 nodes on Dirichlet 0.1
-shards; a node scaled 100 times lay 330–400 out. The default of 20 leaves honest phases alone;
-a phase where no part is an outlier is averaged exactly as without the check, to the bit. A
-node that stays inside the threshold can still pull each step's mean by up to 20 median
-distances over the node count: this guards against gross faults, not against
-a hostile member that measures its pull (the synchronous mode trusts its members, behind the
-cluster secret). With fewer than ``MIN_PARTS`` contributions there is no majority to measure
-against, and nothing is changed.
+that sends its gradient negated and scaled up) carries every node's step with it; DDP shares
+the flaw. The centre is the coordinate-wise median of the phase's contributions, which fewer
+than half of them cannot move far. A contribution further from it than ``sync_outlier`` times
+the median of their distances from it (at least ``FLOOR`` of the centre's norm) is replaced by
+the centre, not pulled in to the bound (centred clipping kept too much of the attack). The
+default leaves honest phases alone, even a node whose classes are its own, and a phase with no
+outlier is averaged exactly as without the check. It guards against gross faults, not against a
+member that keeps inside the threshold (the mode trusts its members, behind the cluster secret).
+With fewer than ``MIN_PARTS`` contributions there is no majority to measure against, and nothing
+is changed. docs/ALGORITHMS.md, "Synchronous PowerSGD", has the measurements.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ gradient, and keeps M − P Q'ᵀ as its error (with int8 or int4 values, its ow
 Q' warm-starts the next step. Vectors (biases) and
 matrices that factoring would not halve travel whole in phase 0 (the hook's
 ``min_compression_rate``, 2: the small CNN's classifier, 10 x 128, goes whole rather than at rank
-6 of 10; measured in docs/BENCHMARKS.md, twelfth round). Every value crosses as int4 in blocks
+6 of 10: it ended nearer DDP, docs/ALGORITHMS.md). Every value crosses as int4 in blocks
 (the default, at rank 24), int8 in blocks or float16 (``exchange.sync_values``,
 ``sync/values.py``); each factor column by column, each column (and small tensor) its own
 blocks, so that a block's values are of one magnitude.
@@ -187,7 +187,7 @@ class PowerSync:
         slow node, not waited for there), this step's gradient is dropped, not owed: owing it
         piled up a slow node's late gradients in its error until one contribution carried them
         all, and that pile steered every node's P factors (measured: 0.8 pt lost on average
-        with a straggler, docs/BENCHMARKS.md).
+        with a straggler, docs/ALGORITHMS.md).
 
         With int8 or int4 values our error is our M less *our own* projection on the shared P as our
         phase 1 part crossed the wire (P Q'_oursᵀ, Q'_ours = Mᵀ P rounded), not less the mean's
@@ -196,7 +196,7 @@ class PowerSync:
         part is owed, not lost (as the small tensors' is: their error is what rounding left
         out). But M − P Q'ᵀ also keeps our lean from the mean within P, summed over every step:
         on skewed shards a node's parts grew to about a thousand times the mean they sum to
-        (docs/BENCHMARKS.md, "How far rounding alone moves a seed"), more than int8's two digits
+        (docs/ALGORITHMS.md, "Synchronous PowerSGD"), more than int8's two digits
         can carry; our own projection drops that lean at every step. With float16 it was
         measured and not kept (no gain on the daemons)."""
         grads, approx = self._approx(mean1, rnd)

@@ -6,8 +6,8 @@ runs in the daemon.
 - ``int8``: one byte a value, in blocks of ``BLOCK`` values, each block scaled by its largest
   magnitude (one float32 scale a block, so 1/16 more bytes). Twice the values for the bytes: the
   rank of PowerSGD's approximation can double at the same cost, and on even shards the rank is
-  what the synchronous mode's gap to DDP is made of (docs/BENCHMARKS.md, "int8 factors at twice
-  the rank"). Blocks rather than one scale a tensor because a factor's columns differ by orders
+  what the synchronous mode's gap to DDP is made of (docs/ALGORITHMS.md, "Synchronous
+  PowerSGD"). Blocks rather than one scale a tensor because a factor's columns differ by orders
   of magnitude (the first singular direction carries the most): the worker sends each factor
   column by column, each column padded to whole blocks (``sync/powersgd.py``), so a block lies
   within one column.

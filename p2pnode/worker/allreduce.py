@@ -6,27 +6,19 @@ Each step's gradient goes through PowerSGD's two phases (``sync/powersgd.py``) a
 after its round closed (a straggler: the reducer stops waiting for it, ``sync/lateness.py``) is
 answered with the means of the rounds it missed; it steps along them as every node in them did,
 so its model stays the others' to the bit; the gradient it computed meanwhile is dropped, as a
-backup worker's is (Chen et al. 2016). Offering it to the next round instead, stale by the
-rounds replayed, was measured and lost 0.6–0.8 pt (docs/BENCHMARKS.md, "Scenarios, thirteenth
-round"). Whatever fails (no reducer in time, a malformed mean) leaves our own gradient: a local
+backup worker's is (Chen et al. 2016): offered to the next round instead, stale, it cost
+accuracy. Whatever fails (no reducer in time, a malformed mean) leaves our own gradient: a local
 step, never a wait beyond the bound.
 
-Dropped, a straggler's gradients leave its data out of almost every round: on label-skewed
-shards its classes are then barely learned (Dirichlet 0.1, node 3 at half speed: 82.7 % against
-DDP's 89.9 %, docs/BENCHMARKS.md, "Scenarios, fifteenth round"). So a node keeps the others'
-pace instead, when asked to (``exchange.sync_keep_pace``, off by default): each phase-0 answer
-carries the others' median step time, and a node slower than that trains on a part of each batch, down to an eighth, sized so
-that its step takes about as long as theirs (the idea of load-balanced synchronous SGD: Chen et
-al. 2020, *Semi-dynamic load balancing*, give each worker the batch its speed allows). Its
-gradient is the mean over fewer items of its own data: noisier, but the network's mean still
-weighs every node's data as DDP does (the mean of each node's mean), and its classes count in
-every round. Measured with node 3 at half speed (seed 0, three runs): Dirichlet 0.1, 85.9–87.7 %
-against 82.2–82.7 % dropping its gradients (DDP 89.9 %); even shards, 87.8–88.2 % against 89.9 %:
-there its data is like the others', and an equal weight for a gradient of a quarter of a batch
-costs more than the data it adds. It trained on 15-45 % of each batch: a step's fixed costs do
-not shrink with it. Waiting for the slow node instead gives DDP's accuracy at DDP's pace: the
-reducer does so, by default, for a slow node whose label distribution is unlike the others'
-(``exchange.sync_wait_for_slow = "auto"``, ``sync/lateness.py``).
+Dropped, a straggler's gradients leave its data out of almost every round, which on label-skewed
+shards leaves its classes barely learned. So a node keeps the others' pace instead, when asked
+to (``exchange.sync_keep_pace``, off by default): each phase-0 answer carries the others' median
+step time, and a node slower than that trains on a part of each batch, down to an eighth, sized
+so that its step takes about as long as theirs (load-balanced synchronous SGD: Chen et al.
+2020, *Semi-dynamic load balancing*). The network's mean still weighs every node's data as DDP
+does, and its classes count in every round. By default the reducer waits instead for a slow node
+whose label distribution is unlike the others' (``exchange.sync_wait_for_slow = "auto"``).
+docs/ALGORITHMS.md, "Synchronous PowerSGD", has what each choice cost and gained.
 """
 
 from __future__ import annotations

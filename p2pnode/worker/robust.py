@@ -1,63 +1,16 @@
 """Self-centred clipping of a peer's model before it is averaged in (ClippedGossip).
 
-He, Karimireddy, Jaggi 2022, *Byzantine-robust decentralized learning via ClippedGossip*: a node
-averages not the peer's model x_peer but its own model moved towards it by at most a radius tau,
-
-    x <- x + w * clip(x_peer - x, tau),    clip(z, tau) = min(1, tau / ||z||) * z,
-
-so one exchange with a poisoned peer (a sign-flipped, scaled or random model) moves ours by at
-most w * tau, while an honest peer closer than tau is averaged exactly as before. Since clip only
-scales the difference, it is averaging with a smaller weight: w * min(1, tau / ||x_peer - x||).
-
-The paper's nodes see all their neighbours at once and take tau from their distances (its code
-clips to the second largest). Ours meet one peer at a time, so tau comes from the distances of
-recent exchanges instead (``ClipRadius``), chosen so that a poisoned peer cannot widen it:
-
-- distances are relative (``||x_peer - x|| / ||x||``): the scale stays put as the model grows;
-- each peer keeps its own window of its last few distances (a clipped exchange records tau,
-  not its distance, so a peer can raise its own figure by at most ``factor`` per exchange or
-  two, which is how an honest peer whose distance really grew is followed);
-- tau = ``factor`` x the *lower median*, over the peers seen, of each peer's median: with fewer
-  hostile peers than honest ones among those a node averages with, it is an honest peer's figure
-  (with two peers, the smaller), so a hostile peer can shrink tau (slowing mixing, never moving
-  the model further) but not widen it;
-- tau is never above ``max_ratio`` (relative): the radius before any history, and the bound
-  whatever the history says; nor below ``MIN_RATIO`` (a tau of 0 could never widen again).
-
-Clipping alone bounds each exchange, not the sum: a peer that sends −x every time pulls ours
-towards zero by w * tau per exchange, always the same way, and in a 4-node exponential graph two
-of the three honest nodes meet one hostile peer in half their exchanges (measured: sign-flip
-with clipping alone, 74 % against 85 % attack-free). So a model further than ``refuse`` x tau is
-not averaged at all: the worker refuses it as an *outlier*, which the exchange counts as a
-failure, so a peer that keeps sending such models is left out like one that does not answer.
-Honest distances grow by less than 2x from one exchange to the next, so with the default 4 an
-honest peer is clipped at most, never refused; and since a refusal records tau too, a node whose
-every peer looks far (its own model is the odd one) widens tau within a few exchanges.
-
-Not always, measured: an honest copy can jump once (a peer that publishes when fetched,
-``compression.publish_on = "fetch"``, serves its last copy when its worker is slow to publish, and
-tau may be tiny, 0.003, early on), and a refusal counts against the peer. So a model beyond
-``refuse`` x tau is refused at first sight only when it is also beyond the widest bound,
-``refuse`` x ``max_ratio`` (every poisoned model measured: sign-flipped 2, random 1.4, scaled far
-more); nearer than that it is refused only the second time in a row (a *strike*): the first is
-clipped to tau, the ClippedGossip bound, w * tau once. A hostile peer that alternates near and
-far gets clipped averages every other exchange: the same bound, never more.
-
-Distance alone cannot tell a peer trained elsewhere from a poisoned one: on label-skewed shards
-honest models trained apart (nodes started at different times) are 1.0-1.2 x ||x|| from each
-other, beyond the widest refusal bound ``refuse`` x ``max_ratio``, where a random model is (1.4)
-and a sign-flipped one (2). What tells them apart is the company: a poisoned model is far from a
-node whose other peers are near, while in a cluster that trained apart the typical peer is far.
-So a node is *spread* when the lower median over the peers it met recently of each one's last
-distance (uncapped, this exchange's included) is beyond ``refuse`` x ``max_ratio``, the bound no
-tau can widen past; a spread node refuses nobody and averages every peer clipped to tau
-(ClippedGossip's own rule: each exchange moves it by at most w * tau, and honest nodes converge
-under it), so nodes that trained apart come together. A node that knows one peer only is spread
-when that peer's last ``window`` distances were all that far (a cluster of two that trained
-apart), not at first sight. A hostile minority cannot make a node spread: the lower median is an
-honest peer's figure, and honest peers near each other are within the bound. A hostile majority
-among the peers a node met, or a lone hostile peer met ``window`` times in a row, can: then the
-bound is ClippedGossip's w * tau per exchange.
+He, Karimireddy, Jaggi 2022: a node averages not the peer's model but its own moved towards it
+by at most a radius tau, ``x <- x + w * clip(x_peer - x, tau)``, so a poisoned peer moves ours
+by at most ``w * tau`` an exchange while an honest peer closer than tau is averaged as before.
+Ours meet one peer at a time, so tau comes from recent exchanges (``ClipRadius``): relative
+distances, a short window per peer, ``factor`` x the lower median over peers, between
+``MIN_RATIO`` and ``max_ratio``, so that a hostile minority can shrink tau but not widen it.
+Clipping bounds each exchange, not their sum, so a model beyond ``refuse`` x tau is refused as
+an *outlier*: at first sight when it is beyond the widest bound too, else on a second strike;
+and a node whose typical peer is that far (it trained apart, it is *spread*) refuses nobody and
+clips every peer instead. docs/ALGORITHMS.md, "Robust averaging", has why each rule is there
+and what was measured.
 
 Pure Python, no torch: the torch worker and the stub worker use it alike (``clip_payload``,
 ``outlier_refusal``, ``applied_clip``: the one rule for both). State lives in the ``ClipRadius``
