@@ -223,7 +223,7 @@ class ExchangeConfig(Table):
     #: a node slower than the others' median step trains on a part of each batch (down to an
     #: eighth) so that its step keeps their pace and its data counts in every round. Off by
     #: default: with a node at half speed it gained 3.6 pt on Dirichlet 0.1 shards and lost
-    #: 1.7 pt on even shards (docs/BENCHMARKS.md, fifteenth round); off, a node much slower
+    #: 1.7 pt on even shards (docs/ALGORITHMS.md, "Synchronous PowerSGD"); off, a node much slower
     #: trains on whole batches and replays the rounds it missed instead
     sync_keep_pace: bool = False
     #: a node over 1.5 times the others' median step is slow: "never" waited for (the others

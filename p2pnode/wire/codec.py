@@ -119,7 +119,7 @@ def _one_byte_gaps(gaps: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.
     """Every gap over 255 split by ``extra`` (per gap: ``(gap - 1) // 255``) zero-valued entries
     255 apart, so that one byte holds each gap: (the new gaps, where the real entries are among
     them). At a top-k density of 1-2 % a gap is over 255 only now and then, and a 2-byte width
-    for all of them costs about twice the few entries added (issue 7's lowest-byte rows)."""
+    for all of them costs about twice the few entries added (at the lowest bytes measured)."""
     at = np.cumsum(extra + 1) - 1
     out = np.full(int(at[-1]) + 1, 255, np.int64)
     out[at] = gaps - 255 * extra
