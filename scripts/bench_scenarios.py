@@ -386,7 +386,7 @@ def main() -> int:
     ap.add_argument("--ddp-only", action="store_true", help="run DDP alone, no p2pnode variant")
     ap.add_argument("--ddp-save", default="", metavar="DIR",
                     help="keep each DDP run's final model (and per-step records) in DIR/SCENARIO-seedS-pP-ORDER, "
-                         "for a paired comparison with p2pnode's final models (scripts/study_paired.py)")
+                         "for a paired comparison with p2pnode's final models (scripts/archive/study_paired.py)")
     ap.add_argument("--ddp-max-seconds", type=float, default=240.0,
                     help="on thin links, stop DDP after this long and report its pace")
     ap.add_argument("--rate", default="", help="the thin scenarios' tc rate instead of their own (say 10mbit)")

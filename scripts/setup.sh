@@ -20,7 +20,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c
   fi
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   # torch/torchvision: this kind of machine keeps wheels on disk that pip picks first.
-  # torchvision is the `vision` extra (p2pnode itself runs without it: README, "Installing");
+  # torchvision is the `vision` extra (p2pnode itself runs without it: docs/OPERATIONS.md);
   # the test extra includes it, since the tests train resnet and imagefolder tasks too.
   # Up to 3 tries: a download cut off half-way (seen on CI) is tried again, not taken as final.
   for try in 1 2 3; do
@@ -34,6 +34,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || ! .venv/bin/python -c
   .venv/bin/python -c "import p2pnode, torch, torchvision, aiohttp, msgpack, msgspec, lz4, uvloop, prometheus_client, rich"
   touch "$stamp"
 fi
+# benchlib/, the benchmarks' and tests' library, is not in the package (the wheel leaves it out):
+# a path file puts the checkout on .venv's sys.path, so that scripts/, the tests and the
+# processes they start (DDP ranks, pullers, nodes given a benchlib task) import it.
+site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+[ "$(cat "$site/p2pnode-checkout.pth" 2>/dev/null)" = "$(pwd)" ] || pwd > "$site/p2pnode-checkout.pth"
 # The example task package (examples/charlm, docs/TASKS.md): tests/test_tasks_cluster.py trains it
 # as a user would, found through its entry point once installed.
 if ! .venv/bin/python -c "import p2pnode_charlm" 2>/dev/null; then

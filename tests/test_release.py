@@ -38,6 +38,7 @@ def test_wheel_carries_operator_files_and_one_version(wheel: Path) -> None:
                  "p2pnode/_dist/doc/OPERATIONS.md", "p2pnode/_dist/doc/README.md", "p2pnode/_dist/doc/LICENSE",
                  "p2pnode/_dist/doc/CHANGELOG.md", "p2pnode/install.py", "p2pnode/daemon/static/index.html"):
         assert need in names, need
+    assert not [n for n in names if n.startswith("benchlib/")], "benchlib is the benchmarks' library, not the package's"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert f"## {p2pnode.__version__.removesuffix('.dev0')}" in (ROOT / "CHANGELOG.md").read_text()
     assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()

@@ -2,7 +2,7 @@
 peers holds its worker until they catch up.
 
 Why: gossip nodes that run out of step average models from different points of training. In
-the study (``scripts/study_desync.py``: 4 nodes on Dirichlet-0.1 shards, each stepping at random
+the study (``scripts/archive/study_desync.py``: 4 nodes on Dirichlet-0.1 shards, each stepping at random
 ticks, up to 38 steps apart, as the daemons' histories show them 10–30 apart on a shared
 machine) that alone cost 2.5 points (87.36 % in step, 84.83 % out of it), and a lead bounded
 at 4 steps gave it back (87.25 %): stale-synchronous parallel (Ho et al. 2013, *More

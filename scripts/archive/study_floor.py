@@ -5,7 +5,7 @@ Why: issue 7 asks every node to end within 0.2 pt of DDP on even shards (0.5 on 
 *in each run*, against DDP on the same shards and seed. The synchronous mode's gaps scatter
 either side of zero from seed to seed (−0.56 to +0.57 over six even-shard seeds, mean −0.06).
 This study asks how much of that scatter any method other than DDP itself must have: in the
-lockstep study (``scripts/study_skew.py``'s setup, one process), for each seed it runs
+lockstep study (``scripts/archive/study_skew.py``'s setup, one process), for each seed it runs
 
 - DDP (the study's, its mean gradient clipped at 5 as the daemons' anchor is),
 - the same mean gradient summed in another order (``study_sync.py --rank 0``: DDP but for a
@@ -14,7 +14,7 @@ lockstep study (``scripts/study_skew.py``'s setup, one process), for each seed i
 
 and prints each seed's gap to DDP. Jobs already in ``--jsonl`` are not run again.
 
-    .venv/bin/python scripts/study_floor.py --seeds 0 1 2 3 4 5 6 7 --jsonl run/s32/floor.jsonl
+    .venv/bin/python scripts/archive/study_floor.py --seeds 0 1 2 3 4 5 6 7 --jsonl run/s32/floor.jsonl
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchlib.results import table  # noqa: E402
@@ -123,11 +123,11 @@ def load(path: Path) -> dict[tuple[str, int, str], float]:
 
 def run_missing(partitions: list[str], seeds: list[int], rows: list[str], jsonl: Path, jobs: int) -> None:
     have = load(jsonl)
-    todo = [[sys.executable, str(ROOT / "scripts" / script), *options(opts), "--partition", p, "--pseed", str(s),
+    todo = [[sys.executable, str(ROOT / "scripts" / "archive" / script), *options(opts), "--partition", p, "--pseed", str(s),
              "--seed", str(s), "--jsonl", str(jsonl)]
             for p in partitions for s in seeds for name in rows if (p, s, name) not in have
             for script, opts in [ROWS[name]]]
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scripts'}:{ROOT}", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'scripts' / 'archive'}:{ROOT}", "OMP_NUM_THREADS": "1"}
     with ThreadPoolExecutor(jobs) as pool:
         for cmd, rc in zip(todo, pool.map(lambda c: subprocess.run(c, env=env, capture_output=True).returncode, todo)):
             if rc:

@@ -6,9 +6,9 @@ Deep Gradient Compression (Lin et al. 2018) over peers: each node accumulates lr
 momentum-corrected gradient in a residual, sends the top-k of the residual to every peer each
 step, and every node applies the mean of all nodes' sparse updates. In lockstep the nodes apply
 the same updates, so they hold the same model whatever the shards (no drift at all); the price is
-n - 1 copies of every update. The shards, model, schedule and evaluation are scripts/study_skew.py's.
+n - 1 copies of every update. The shards, model, schedule and evaluation are scripts/archive/study_skew.py's.
 
-    .venv/bin/python scripts/study_sgx.py --density 0.01 --mask-momentum --density-warm
+    .venv/bin/python scripts/archive/study_sgx.py --density 0.01 --mask-momentum --density-warm
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ daemon's ``training.optimizer = sgd``), ``qgm`` quasi-global momentum (``qgm``),
 an outer Nesterov step on each round's displacement. The daemon's own figures come from
 scripts/bench_scenarios.py.
 
-    .venv/bin/python scripts/study_skew.py --algo qgm --partition dirichlet:alpha=0.1
+    .venv/bin/python scripts/archive/study_skew.py --algo qgm --partition dirichlet:alpha=0.1
 """
 from __future__ import annotations
 
@@ -510,7 +510,7 @@ def run(args) -> dict:
 
 
 def add_common_args(ap: argparse.ArgumentParser) -> None:
-    """The shards, schedule and output options every study shares (scripts/study_sgx.py too)."""
+    """The shards, schedule and output options every study shares (scripts/archive/study_sgx.py too)."""
     ap.add_argument("--partition", default="dirichlet:alpha=0.1")
     ap.add_argument("--pseed", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=4)

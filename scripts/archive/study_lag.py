@@ -8,19 +8,21 @@ not sent yet pulls the average back. bench_batchnorm found a cluster learning Sh
 slower than one machine under sparse copies and nearly as fast under dense ones; this says how
 large that lag is for each model, in the same units.
 
-    .venv/bin/python scripts/study_lag.py cnn|shufflenet
+    .venv/bin/python scripts/archive/study_lag.py cnn|shufflenet
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-import bench_batchnorm  # its ShuffleNet settings, so that the lag is that of the bench's nodes
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/, for bench_batchnorm
+import bench_batchnorm  # noqa: E402  its ShuffleNet settings, so that the lag is that of the bench's nodes
 from benchlib.testdata import write_image_folders
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config

@@ -18,7 +18,7 @@ disagreements has (sqrt(b + c) / n), and McNemar's exact p. Run after the benchm
           --ddp-save run/paired/ddp --workdir run/paired/p2p/$SC-seed$S-p$P
       .venv/bin/python scripts/bench_scenarios.py --scenarios $SC --ddp-only --ddp-order p2pnode --seed $S \\
           --partition-seed $P --ddp-save run/paired/ddp; done
-    .venv/bin/python scripts/study_paired.py --runs iid:0:0 dir0.5:2:0 --ddp-dir run/paired/ddp --p2p-dir run/paired/p2p
+    .venv/bin/python scripts/archive/study_paired.py --runs iid:0:0 dir0.5:2:0 --ddp-dir run/paired/ddp --p2p-dir run/paired/p2p
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchlib.paired import Paired, compare, correct, ddp_run_name  # noqa: E402

@@ -16,8 +16,8 @@ Bytes are counted as the study's DDP is: each all-reduce moves 2 (n − 1) / n t
 a node, so the ratio to DDP's bytes is the payload's size over the model's (``--value-bits 8``:
 each node's contribution and the sum rounded to int8 with one scale per column).
 
-    .venv/bin/python scripts/study_sync.py --rank 4 [--value-bits 8] [--partition classes:k=2] --jsonl run/s23/study.jsonl
-    .venv/bin/python scripts/study_sync.py --rank 0 --value-bits 16 --seed S    # DDP over float16: the noise floor
+    .venv/bin/python scripts/archive/study_sync.py --rank 4 [--value-bits 8] [--partition classes:k=2] --jsonl run/s23/study.jsonl
+    .venv/bin/python scripts/archive/study_sync.py --rank 0 --value-bits 16 --seed S    # DDP over float16: the noise floor
 """
 
 from __future__ import annotations

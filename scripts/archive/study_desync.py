@@ -9,7 +9,7 @@ lockstep), and every ``--every`` of its *own* steps it averages with one peer of
 exponential graph, the peer publishing first (publish on fetch, the daemons' default): the
 daemons' exchange with the scheduling noise of a shared machine, nothing else.
 
-    .venv/bin/python scripts/study_desync.py --step-prob 0.5 --every 4 --jsonl run/s11/desync.jsonl
+    .venv/bin/python scripts/archive/study_desync.py --step-prob 0.5 --every 4 --jsonl run/s11/desync.jsonl
 """
 
 from __future__ import annotations
