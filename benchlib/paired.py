@@ -1,6 +1,6 @@
 """Two final models judged on the same test images: a paired comparison, not two figures.
 
-Why: issue 7 asks each run to end within a few tenths of a point of DDP on the same shards. Two
+Why: the scenario benchmarks ask each run to end within a few tenths of a point of DDP on the same shards. Two
 accuracies on the same 10 000 test images differ by chance as much as the two models disagree:
 if they are equally good, each image one of them gets right and the other wrong is a coin toss,
 so the difference of their figures scatters with a standard deviation of sqrt(b + c) / n, where

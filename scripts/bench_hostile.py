@@ -7,7 +7,7 @@ other); node 0 is the victim. Phases of ``--trial`` seconds each, every flood be
 *quiet* phases (quiet, flood 1, quiet, flood 2, quiet, ...), ``--rounds`` times over: each flood
 is compared with the mean of the two quiet phases around it (on a shared 2-core machine the
 quiet rate itself drifts by 10-20 % in a few minutes), and each flood's row is the median over
-rounds of those ratios. Floods (the rows of issue 8's table), from threads of this script on
+rounds of those ratios. Floods (the rows of the hostile-input table), from threads of this script on
 another loopback address (127.0.0.2), so the victim's per-source limits see a stranger and its
 peer (127.0.0.1) stays another source:
 
@@ -269,7 +269,7 @@ def main() -> int:
         "fetches: the peer's successful fetches from the victim per second, against quiet. MiB sent: what the "
         "attackers' sockets accepted (kernel buffers included), not what the daemon read: it reads at most the "
         "endpoint's limit (or the first 64 KiB of a model body), then stops reading and cuts the connection "
-        "1 s later. Before these bounds (issue 8, same floods): the daemon's RSS went from 0.6 to 2.6 GB and "
+        "1 s later. Before these bounds (the same floods): the daemon's RSS went from 0.6 to 2.6 GB and "
         "training to 0.26 of its rate under the 60 MiB pushes, training to 0.33-0.43 under the 64 pollers, "
         "with no 429.",
     ]

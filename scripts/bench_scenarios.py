@@ -96,7 +96,7 @@ SCENARIOS = {s.name: s for s in [
 
 
 def lean(every: int, density: float, ring: bool = True, finish: float = 0.0) -> list[str]:
-    """The DiLoCo row's settings (issue 7: 1/300 of DDP's bytes): rounds of ``every`` steps with
+    """The DiLoCo row's settings (the goal: 1/300 of DDP's bytes): rounds of ``every`` steps with
     ``density`` of the change a publish, one peer a node (a ring: one first fetch each) unless
     ``ring`` is off, no start from a peer's model (every node builds the same seeded one), and
     no consensus finish unless ``finish`` (its tolerance): every node ends on its own last model."""
@@ -120,7 +120,7 @@ VARIANTS: dict[str, list[str]] = {
     # the same mean gradient to the same seeded model), the nodes starting together
     **{f"sync{r}": powersgd(r) for r in (4, 6, 7, 8)},
     # int8 factors (one byte a value, blocks of 64 with a float32 scale each; exchange.sync_values):
-    # rank 6 at about half sync6's bytes, rank 12 at about the same; 24 (over issue 7's byte
+    # rank 6 at about half sync6's bytes, rank 12 at about the same; 24 (over the goal's byte
     # budget) to tell whether the rank is what the skewed shards' remaining gap is made of
     **{f"sync{r}-i8": powersgd(r, "int8") for r in (6, 12, 24)},
     # int4 (half a byte a value, the same blocks): rank 24 at about sync12-i8's bytes
@@ -167,7 +167,7 @@ VARIANTS: dict[str, list[str]] = {
     # plain gossip at DiLoCo's bytes: a fetch every 16 steps, 5 % a publish
     "every16-d05": ["--set", "exchange.every=16", "--set", "compression.publish_every=16",
                     "--set", "compression.publish=topk:density=0.05"],
-    # the DiLoCo row's bytes (issue 7: 1/300 of DDP's): long rounds, one peer each (a ring: one
+    # the DiLoCo row's bytes (the goal: 1/300 of DDP's): long rounds, one peer each (a ring: one
     # first-fetch snapshot a node), no start from a peer's model (every node builds the same
     # seeded one), no consensus finish: every node ends on its own model of the last round
     # (named by the density's digits: ring16-d02-lean is rounds of 16 steps, 2 % a publish)

@@ -172,7 +172,7 @@ def tables(log: Log) -> str:
 
 
 def goals(log: Log) -> str:
-    """Issue 11's goals, judged from the log: met or not, with the numbers. With every link
+    """The paper's orderings and our goals, judged from the log: met or not, with the numbers. With every link
     capped: p2pnode 3x sooner to 85 % than each parameter server, sooner than DDP and hivemind,
     within 1 pt of the single process; with only the server's link capped (the paper's setup):
     the paper's ordering, decentralised faster per batch and to 85 % than the parameter server."""

@@ -1,4 +1,4 @@
-"""A CPU-only node (issue 10): torchvision is the ``vision`` extra, and there is no CPU build of
+"""A CPU-only node: torchvision is the ``vision`` extra, and there is no CPU build of
 it on PyPI, so the default task (the small CNN on Fashion-MNIST) must train with PyTorch alone.
 Checked in a fresh interpreter where ``import torchvision`` fails: the built-in task builds, reads
 Fashion-MNIST, trains a step and evaluates, and never imports torchvision; what does need it says

@@ -1,4 +1,4 @@
-"""A real daemon whose worker sees non-finite losses keeps running: issue 8 saw a node on defaults
+"""A real daemon whose worker sees non-finite losses keeps running: a hostile-input run saw a node on defaults
 log non-finite losses for hundreds of steps, and once its worker's "restoring the model from its
 public copy" ended in exit 1. Here a node (torch worker, synthetic data) trains with a step size
 far too large (lr 1e5, no gradient clipping, no warm-up): its first steps diverge, each time the

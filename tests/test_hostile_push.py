@@ -1,4 +1,4 @@
-"""Issue 8's row "a stranger POSTing an all-zero model 20 times (no secret)": refused (403) from
+"""The hostile-input row "a stranger POSTing an all-zero model 20 times (no secret)": refused (403) from
 the headers, counted, and the victim's public model unchanged; a running member's push, from its
 own host, is taken (p2pnode/daemon/push.py, ``exchange.accept_pushes = "members"``)."""
 

@@ -112,7 +112,7 @@ def test_long_rounds_keep_their_length_under_the_bound(cluster) -> None:
     """The bound is set at each round from the peers' steps then. With rounds longer than the
     lead (exchange.every = 64, max_lead = 8) a node in step reached that bound 8 steps into
     every round and was let go only by a round at once: a round every ~8 steps, 7 times the
-    bytes a user asked for (found by the DiLoCo row's bytes, BENCHMARKS.md, tenth round). Held,
+    bytes a user asked for (found by the DiLoCo row's bytes, docs/archive/BENCHMARKS-history.md, the runs of 2026-11-26 00:27). Held,
     a node first recomputes the bound from its peers' steps as they are now."""
     # min_peers: the two start in step (a node started a second earlier is truly ahead, and held
     # at the bound again and again: CI saw 23 rounds in 202 steps from that head start)

@@ -1,5 +1,5 @@
 """benchlib/paired.py's statistics: McNemar's exact test and the paired counts, checked against
-exact rational arithmetic (the study that uses them judges issue 7's per-run gaps)."""
+exact rational arithmetic (the study that uses them judges the per-run gaps to DDP)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A node saves a member it has not saved before within seconds, not at its next checkpoint:
 a node killed before its first checkpoint (a seed node above all, which has no seeds of its
 own) found nobody when it restarted, trained alone, and ended 3.5 pt under its cluster
-(docs/BENCHMARKS.md, fourteenth round)."""
+(docs/archive/BENCHMARKS-history.md, the runs of 2026-11-26 11:19)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A node's worker is SIGKILLed: its replicas of its peers die with it. The daemon must start
 over with them (snapshots), never blame the healthy peer for the replica it no longer has, and
-exchange with it again within a few seconds of the restart (issue 9, item 1)."""
+exchange with it again within a few seconds of the restart."""
 
 from __future__ import annotations
 

@@ -276,7 +276,7 @@ def test_a_slower_node_trains_on_part_of_its_batch_and_is_in_the_rounds(cluster)
     """A node at half speed keeps the others' pace (``exchange.sync_keep_pace``) by
     training on a part of each batch: it is in the rounds rather than replaying them, so its
     data counts (with whole batches it missed almost every round: its gradients were dropped,
-    and on Dirichlet 0.1 shards that cost 7 pt, docs/BENCHMARKS.md, fifteenth round). It ends on
+    and on Dirichlet 0.1 shards that cost 7 pt, docs/archive/BENCHMARKS-history.md, the runs of 2026-11-26 14:40). It ends on
     the others' step with their model."""
     from benchlib.procs import DutyCycle
 

@@ -1,4 +1,4 @@
-"""Tasks in real daemons on loopback (issue 14): three nodes train a torchvision model with
+"""Tasks in real daemons on loopback: three nodes train a torchvision model with
 BatchNorm, named, on an ImageFolder tree this test writes, and every node's accuracy rises; three
 nodes train the example language-model package (examples/charlm, installed with pip and found
 through its entry point) and every node's held-out perplexity ends within 5 % of one process

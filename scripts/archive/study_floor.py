@@ -1,7 +1,7 @@
 """How far a run lands from DDP on the same seed when nothing but rounding differs: the floor
-under issue 7's per-run goals.
+under the per-run goals of the scenario benchmarks.
 
-Why: issue 7 asks every node to end within 0.2 pt of DDP on even shards (0.5 on skewed ones)
+Why: the scenario benchmarks ask every node to end within 0.2 pt of DDP on even shards (0.5 on skewed ones)
 *in each run*, against DDP on the same shards and seed. The synchronous mode's gaps scatter
 either side of zero from seed to seed (−0.56 to +0.57 over six even-shard seeds, mean −0.06).
 This study asks how much of that scatter any method other than DDP itself must have: in the

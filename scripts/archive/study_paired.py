@@ -1,4 +1,4 @@
-"""Issue 7's per-run gaps judged image by image: is a run's gap to DDP more than the test set's
+"""The per-run gaps to DDP judged image by image: is a run's gap to DDP more than the test set's
 chance? (benchlib/paired.py says why and how.)
 
 For each run (scenario, seed, partition seed) it reads three final models from folders the
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from benchlib.paired import Paired, compare, correct, ddp_run_name  # noqa: E402
 from benchlib.results import append_jsonl, table  # noqa: E402
 
-#: issue 7's per-run goal for each scenario: the lowest gap to DDP (pt) a run may end at
+#: the per-run goal for each scenario: the lowest gap to DDP (pt) a run may end at
 GOALS = {"iid": -0.2, "thin25": -0.3, "dir0.5": -0.5, "dir0.1": -0.5, "classes2": -0.5}
 
 

@@ -2,7 +2,7 @@
 network's mean gradient compressed by PowerSGD, so no node ever drifts.
 
 Why: on skewed shards every way of averaging *models* measured (gossip, every peer at once,
-local SGD's exact average every few steps) stays 1–3 pt under DDP within issue 7's byte budget
+local SGD's exact average every few steps) stays 1–3 pt under DDP within the byte budget
 (1/30 of DDP's), because between two averages each node steps along its own classes'
 gradient. A synchronous all-reduce of *gradients* has no such drift; what it costs is bytes,
 which PowerSGD (Vogels, Karimireddy, Jaggi 2019, *PowerSGD: Practical Low-Rank Gradient

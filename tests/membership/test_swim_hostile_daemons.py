@@ -1,6 +1,6 @@
 """A stranger against real ``p2pnode start`` daemons (synthetic data, no secret; the torch-free
 worker, nodes.STUB: membership is the point, and it starts in a fraction of a second): the
-membership rows of issue 8's attack table, each asserting the fixed behaviour.
+membership rows of the hostile-input table (docs/MEMBERSHIP.md, "Hostile input"), each asserting the fixed behaviour.
 
 The attacker is a raw HTTP client posting crafted SWIM messages (encoded exactly as a node
 encodes them); the "third party" is somebody else's aiohttp server on loopback that counts

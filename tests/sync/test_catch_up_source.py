@@ -2,8 +2,8 @@
 ``SyncActor._catch_up``): the reducer's that told it, not the lowest id's. When a reducer dies
 mid-round, the survivors that missed its last answer are behind at the stand-in; the lowest id
 was still the dead reducer (membership had not called it dead yet), every try failed, and the
-ten seconds between tries left those nodes out of 67 rounds (docs/BENCHMARKS.md, fourteenth
-round). Only the choice is under test here: ``_adopt`` records it instead of fetching."""
+ten seconds between tries left those nodes out of 67 rounds (docs/archive/BENCHMARKS-history.md, the runs of
+2026-11-26 11:19). Only the choice is under test here: ``_adopt`` records it instead of fetching."""
 
 from __future__ import annotations
 
