@@ -3,8 +3,7 @@ daemons lose against the study?
 
 The daemons' nodes are 10–30 steps apart at any moment (their histories in the scenario
 benchmark: 4 workers and 4 daemons time-sharing 2 cores), and more frequent exchanges lose on
-them while they win in the lockstep study (docs/BENCHMARKS.md, "The in-process study, eighth
-round"). Here each node takes its next step at each tick with probability ``--step-prob`` (1:
+them while they win in the lockstep study (docs/archive/BENCHMARKS-history.md, the in-process study of 2026-11-25 19:10). Here each node takes its next step at each tick with probability ``--step-prob`` (1:
 lockstep), and every ``--every`` of its *own* steps it averages with one peer of the
 exponential graph, the peer publishing first (publish on fetch, the daemons' default): the
 daemons' exchange with the scheduling noise of a shared machine, nothing else.
