@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -64,6 +64,16 @@ def _replace_with(path: Path, write: Callable[[BinaryIO], object]) -> None:
 def write_atomic(path: Path, data: bytes) -> None:
     """Write small files (node id, incarnation) with the same guarantee as checkpoints."""
     _replace_with(path, lambda fh: fh.write(data))
+
+
+def write_parts(path: Path, parts: Iterable[bytes | memoryview]) -> None:
+    """Write a file of ``parts`` in turn (a big model's tensors as they lie in memory, never
+    joined into one copy), with the same guarantee as checkpoints."""
+    def write(fh: BinaryIO) -> None:
+        for part in parts:
+            fh.write(part)
+
+    _replace_with(path, write)
 
 
 def save(path: Path, state: dict[str, Any]) -> None:

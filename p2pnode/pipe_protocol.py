@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any, ClassVar, Final, Literal
 
 import msgpack
@@ -161,7 +162,7 @@ class PeerPayload(Message):
     kind: ClassVar[str] = "peer-payload"
     token: int
     peer: str
-    data: bytes
+    data: bytes | bytearray  #: a bytearray as received: read in one piece from the pipe
     mode: PeerMode = "average"
     #: its place among this round's payloads (exchange.peers_per_round): the n-th is averaged in
     #: with weight 1/(n+1) under the "mean" rule, so a round of k peers ends at the plain mean
@@ -244,14 +245,70 @@ def encode(msg: Message) -> bytes:
     return msgpack.packb(body, use_bin_type=True)
 
 
+#: bytes fields this long or longer cross the pipe after their message as raw frames (``send``,
+#: ``receive``): a model payload is never copied into a msgpack message on one side nor out of
+#: one on the other, and the reader fills a single buffer of the announced size
+BIG_FIELD = 1 << 20
+FRAME_BYTES = 8 << 20
+TRAILERS = "_trailers"
+
+
+def send(conn: Connection, msg: Message) -> None:
+    """Write ``msg`` to ``conn`` (blocking): small fields in one msgpack message, every bytes
+    field of ``BIG_FIELD`` or more after it in frames of ``FRAME_BYTES`` (its name and length
+    announced in the message's ``_trailers``)."""
+    body: dict[str, Any] = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
+    big = [(k, memoryview(v).cast("B")) for k, v in body.items()
+           if isinstance(v, (bytes, bytearray, memoryview)) and memoryview(v).nbytes >= BIG_FIELD]
+    for name, _ in big:
+        body[name] = b""
+    if big:
+        body[TRAILERS] = [[name, view.nbytes] for name, view in big]
+    body["kind"] = msg.kind
+    conn.send_bytes(msgpack.packb(body, use_bin_type=True))
+    for _, view in big:
+        for at in range(0, view.nbytes, FRAME_BYTES):
+            conn.send_bytes(view[at:at + FRAME_BYTES])
+
+
+def receive(conn: Connection) -> Message:
+    """The next message from ``conn`` (blocking), its big fields read into one bytearray each;
+    ValueError for anything that is not one of ours (EOFError, OSError: the pipe is closed)."""
+    data = conn.recv_bytes()
+    body = _unpack(data)
+    trailers = body.pop(TRAILERS, None)
+    if trailers is not None:
+        if not isinstance(trailers, list) or not all(
+                isinstance(t, list) and len(t) == 2 and isinstance(t[0], str) and type(t[1]) is int and t[1] >= 0
+                for t in trailers):
+            raise ValueError("bad trailers in a pipe message")
+        for name, size in trailers:
+            buf = bytearray(size)
+            at = 0
+            while at < size:
+                at += conn.recv_bytes_into(buf, at)
+            if at != size:
+                raise ValueError(f"pipe message field {name!r}: {at} bytes, {size} announced")
+            body[name] = buf
+    return _message(body, data)
+
+
 def decode(data: bytes) -> Message:
     """The message in ``data``; ValueError for anything that is not one of ours."""
+    return _message(_unpack(data), data)
+
+
+def _unpack(data: bytes) -> dict[str, Any]:
     try:
         body = msgpack.unpackb(data, raw=False)
     except ValueError as exc:  # msgpack's format errors are ValueErrors
         raise ValueError(f"undecodable pipe message {data[:40]!r}: {exc}") from exc
     if not isinstance(body, dict):
         raise ValueError(f"pipe message is not a map: {data[:40]!r}")  # noqa: TRY004 - one error type for bad input
+    return body
+
+
+def _message(body: dict[str, Any], data: bytes) -> Message:
     cls = Message.registry.get(body.pop("kind", None))
     if cls is None:
         raise ValueError(f"unknown pipe message {data[:40]!r}")

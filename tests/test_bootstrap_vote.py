@@ -58,7 +58,7 @@ def test_a_lone_peer_is_adopted_unchecked_and_invalid_models_have_no_say() -> No
 def test_only_a_full_snapshot_has_a_say() -> None:
     spec = ModelSpec("0123456789abcdef", [TensorSpec("w", (3, 4))])
     snap = encode(Snapshot(spec.header("snapshot", "a", "ep", 1), {"w": np.arange(12, dtype=np.float32)}))
-    assert np.array_equal(flat_snapshot(snap, 1 << 20), np.arange(12))
+    assert np.array_equal(np.concatenate(flat_snapshot(snap, 1 << 20)), np.arange(12))
     delta = encode(Delta(spec.header("delta", "a", "ep", 2, base_version=1),
                          {"w": (np.array([0]), np.array([1.0], np.float32))}))
     with pytest.raises(PayloadError, match="snapshot"):

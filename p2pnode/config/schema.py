@@ -140,6 +140,10 @@ class TrainingConfig(Table):
     #: "torch" (the trainer) or "stub" (numpy only, no learning: for tests of membership,
     #: auth, TLS and lifecycle that need real nodes but no training; p2pnode/worker/stub.py)
     worker: Literal["torch", "stub"] = "torch"
+    #: the stub worker's model size in float32 parameters (0: its two small tensors); a big stub
+    #: model costs next to no CPU a step (each step moves one window of it), so the exchange path
+    #: of a big model is what a test or benchmark measures (p2pnode/worker/stub.py)
+    stub_params: Count = 0
     #: what to train (docs/TASKS.md): empty for the built-in task of ``model`` and ``data``; an
     #: import string "my_pkg.tasks:photos"; or a short name: "imagefolder" (any torchvision
     #: model on folders of images) or one an installed package registers (entry point group
@@ -166,8 +170,15 @@ class ExchangeConfig(Table):
     #: peer holds nobody back while most peers keep up. 8 measured: the same median on
     #: Dirichlet-0.1 shards, without the low runs (docs/ALGORITHMS.md, "A bounded lead")
     max_lead: Count = 8
-    #: seconds one fetch may take before the peer is skipped
+    #: seconds a fetch waits for the peer's answer to begin before the peer is skipped; the
+    #: answer's body then has a deadline from its size and the throughput measured from that
+    #: peer (4 x size / rate, at least this, at most max_transfer), and is cut off if it comes
+    #: slower than min_rate (or 1/16 of the peer's measured rate) over any 2 s
     timeout: Seconds = 2.0
+    #: the longest one model transfer may take, however large the model, seconds
+    max_transfer: Seconds = 600.0
+    #: bytes a second under which a model body is cut off (a peer trickling bytes)
+    min_rate: NonNegative = 256 * 1024
     #: "mean" (x <- (x + x_peer)/2, the paper) or "contribution" (weighted by losses)
     averaging: Literal["mean", "contribution"] = "mean"
     #: "exponential" (one-peer exponential graph), "random" (the paper) or "ring"
@@ -273,8 +284,11 @@ class CheckpointConfig(Table):
 class HttpConfig(Table):
     #: largest request body accepted, bytes (413 beyond)
     max_request_bytes: Positive = 64 * 1024 * 1024
-    #: largest model payload accepted from a peer, bytes
-    max_payload_bytes: Positive = 512 * 1024 * 1024
+    #: largest model payload accepted from a peer, bytes. 0 (the default): as large as a payload
+    #: of this node's model can be (a delta naming every element, ~8 bytes a parameter;
+    #: wire/codec.py max_encoded_bytes), so a model of any size can be exchanged; a value set
+    #: here caps that further (an override, never a raise)
+    max_payload_bytes: Count = 0
     #: seconds a "nothing new" (304) answer waits for the next publish before it is sent;
     #: bounds what a peer polling flat out costs; below exchange.timeout (checked)
     not_modified_hold: NonNegative = 0.25

@@ -35,6 +35,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ import numpy as np
 
 from p2pnode.membership.base import Member
 from p2pnode.net.client import PeerClient, PeerError
+from p2pnode.net.deadline import Transfer
 from p2pnode.wire.codec import decode
 from p2pnode.wire.payload import PayloadError, Snapshot
 
@@ -61,8 +63,8 @@ class Offer:
     """One peer's answer to the vote: its snapshot's bytes and values, or why it has no say."""
 
     peer: Member
-    body: bytes = b""
-    values: np.ndarray | None = None  #: every tensor, flat, float64
+    body: bytes | bytearray = b""
+    values: Values | None = None  #: one flat float32 array per tensor (views of ``body``)
     error: str = ""
     latency: float = 0.0  #: seconds the fetch took
 
@@ -77,19 +79,38 @@ class Verdict:
     detail: str = ""
 
 
-def distance(a: np.ndarray, b: np.ndarray) -> float:
-    """||a - b|| relative to the smaller norm: a scaled-up model is as far as it looks."""
-    smaller = min(float(np.linalg.norm(a)), float(np.linalg.norm(b)))
-    gap = float(np.linalg.norm(a - b))
+#: a model's values: one flat array, or one per tensor
+Values = np.ndarray | list[np.ndarray]
+#: elements summed at once in float64 (a big model is never copied whole to compare it)
+CHUNK = 1 << 20
+
+
+def _chunks(v: Values) -> Iterator[np.ndarray]:
+    for a in [v] if isinstance(v, np.ndarray) else v:
+        flat = a.reshape(-1)
+        for at in range(0, flat.size, CHUNK):
+            yield flat[at:at + CHUNK].astype(np.float64)
+
+
+def _sq(v: Values) -> float:
+    return sum(float(c @ c) for c in _chunks(v))
+
+
+def distance(a: Values, b: Values) -> float:
+    """||a - b|| relative to the smaller norm: a scaled-up model is as far as it looks. Summed
+    in float64 a chunk at a time (two 1.4 GB models compare without a copy of either)."""
+    smaller = math.sqrt(min(_sq(a), _sq(b)))
+    gap = math.sqrt(sum(float((x - y) @ (x - y)) for x, y in zip(_chunks(a), _chunks(b), strict=True)))
     return gap / smaller if smaller > 0 else (0.0 if gap == 0 else math.inf)
 
 
-def flat_snapshot(body: bytes, max_bytes: int) -> np.ndarray:
-    """The values of a snapshot payload (PayloadError for anything else, non-finite included)."""
+def flat_snapshot(body: bytes | bytearray, max_bytes: int) -> list[np.ndarray]:
+    """The values of a snapshot payload, one flat float32 array per tensor (views of ``body``,
+    no copy); PayloadError for anything else, non-finite included."""
     payload = decode(body, max_bytes=max_bytes)
     if not isinstance(payload, Snapshot):
         raise PayloadError("not a full snapshot")
-    return np.concatenate([np.asarray(payload.tensors[s.name], np.float64).ravel() for s in payload.header.specs])
+    return [np.asarray(payload.tensors[s.name]).reshape(-1) for s in payload.header.specs]
 
 
 def judge(offers: list[Offer], radius: float) -> Verdict:
@@ -116,15 +137,17 @@ def judge(offers: list[Offer], radius: float) -> Verdict:
                    detail=f"distances {pairs}")
 
 
-async def collect(client: PeerClient, peers: list[Member], timeout: float, max_bytes: int,
+async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, max_bytes: int,
                   node_id: str) -> list[Offer]:
     """Ask every peer for its full snapshot at once (naming ourselves: a peer that publishes on
-    fetch publishes first for a member); decode each in a thread."""
+    fetch publishes first for a member), under ``transfer``'s deadlines (a snapshot's size is
+    known, the peer's rate not yet); decode each in a thread."""
 
     async def one(peer: Member) -> Offer:
         started = time.monotonic()
         try:
-            resp = await client.request("GET", peer.addr, f"/v1/model?from={node_id}", timeout=timeout)
+            resp = await client.request("GET", peer.addr, f"/v1/model?from={node_id}", timeout=transfer.floor,
+                                        max_body=max_bytes, transfer=transfer)
         except PeerError as exc:
             return Offer(peer, error=str(exc))
         latency = time.monotonic() - started

@@ -46,9 +46,11 @@ from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import StepClock
 from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
-from p2pnode.net.client import PeerClient, PeerError, PeerTimeout
-from p2pnode.net.deadline import SlowAnswers
+from p2pnode.net.client import DEFAULT_MAX_BODY, PeerClient, PeerError, PeerTimeout
+from p2pnode.net.deadline import SlowAnswers, Transfer, update_rate
 from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP, OUTLIER
+from p2pnode.wire.codec import payload_limit
+from p2pnode.wire.payload import ModelSpec
 
 log = logging.getLogger("p2pnode.exchange")
 
@@ -56,10 +58,18 @@ log = logging.getLogger("p2pnode.exchange")
 HELD_POLL = 0.1
 
 
+def deliver_timeout(nbytes: int) -> float:
+    """Seconds our worker may take to answer a payload of ``nbytes``: 30, and a second more
+    for every 20 MB (a big model's payload crosses the pipe, is checked and applied between
+    two of its steps, which are long too)."""
+    return 30.0 + nbytes / 20e6
+
+
 class Exchange:
     def __init__(self, cfg: Config, clock: StepClock, worker: WorkerPipe, membership: Membership,
                  client: PeerClient, metrics: NodeMetrics, node_id: str,
-                 genesis: Callable[[], str] = lambda: "") -> None:
+                 genesis: Callable[[], str] = lambda: "",
+                 spec: Callable[[], ModelSpec | None] = lambda: None) -> None:
         self.cfg = cfg
         self.clock = clock  # paces the rounds; says when a new worker life began
         self.worker = worker  # takes the fetched payloads
@@ -70,6 +80,9 @@ class Exchange:
         #: the digest of our public model at version 0, "" if this worker life began later
         #: (wire/genesis.py): named in a first fetch, it spares a peer's snapshot
         self.genesis = genesis
+        #: our model's tensors (None before our worker's hello): what a peer may send us follows
+        #: from it (wire/codec.py payload_limit)
+        self.spec = spec
         self.peers: dict[str, PeerRecord] = {}
         self.totals = ExchangeTotals()
         self.selector = PeerSelector(cfg.exchange.peer_selection, node_id, random.Random())
@@ -93,6 +106,19 @@ class Exchange:
         self.spread = False
         #: exchange.max_lead: peers' steps, and the step our worker may not pass (daemon/pace.py)
         self.pace = Pace(cfg.exchange.max_lead)
+
+    def max_body(self) -> int:
+        """The largest model answer taken from a peer: the largest payload of our model (capped
+        by ``http.max_payload_bytes`` where set), not a constant."""
+        spec, override = self.spec(), self.cfg.http.max_payload_bytes
+        if spec is None:
+            return override or DEFAULT_MAX_BODY
+        return payload_limit(spec, override)
+
+    def transfer(self, rec: PeerRecord | None) -> Transfer:
+        """A model body's deadline and cut-off rate, from the rate measured from that peer."""
+        x = self.cfg.exchange
+        return Transfer(x.timeout, max(x.timeout, x.max_transfer), x.min_rate, rec.rate if rec else 0.0)
 
     def candidates(self, alive: list[Member] | None = None) -> list[Member]:
         """The alive peers (``alive``, or membership's now) not left out after failed exchanges."""
@@ -207,11 +233,15 @@ class Exchange:
             query += f"&step={self.clock.step}"
         started = time.monotonic()
         try:
-            resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout, gzip=True)
+            resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout, gzip=True,
+                                             max_body=self.max_body(), transfer=self.transfer(rec))
         except PeerError as exc:
+            if isinstance(exc, PeerTimeout):
+                rec.rate /= 2  # a slower peer than measured: its next deadline is longer, its cut-off lower
             self._failed(peer, rec, "timeout" if isinstance(exc, PeerTimeout) else "error", str(exc))
             return False
         latency = time.monotonic() - started
+        rec.rate = update_rate(rec.rate, resp.wire_bytes, resp.body_seconds)
         self.metrics.exchange_seconds.observe(latency)
         if (step := parse_step(resp.headers.get("X-P2P-Step", ""))) is not None:
             self.pace.saw(peer.node_id, step)  # the peer's step now (exchange.max_lead)
@@ -232,7 +262,7 @@ class Exchange:
         if resp.status != 200:
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
-        self.slow.useful(peer.node_id, latency)
+        self.slow.useful(peer.node_id, latency - resp.body_seconds)  # the answer's wait, not its size
         return await self._take(peer, rec, resp.body, nth=next(landed), genesis=bool(genesis), wire=resp.wire_bytes)
 
     def keep_own_if_trained(self) -> bool:
@@ -256,7 +286,7 @@ class Exchange:
             return
         self.follow_worker()
         voters = random.sample(peers, min(VOTERS, len(peers)))
-        offers = await collect(self.client, voters, x.timeout, self.cfg.http.max_payload_bytes, self.node_id)
+        offers = await collect(self.client, voters, self.transfer(None), self.max_body(), self.node_id)
         if self.keep_own_if_trained():  # training ended while the votes came
             return
         verdict = judge(offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
@@ -285,7 +315,7 @@ class Exchange:
             log.warning("bootstrap: no model taken after %d votes; starting from this node's own", boot.votes)
             boot.settle("own")
 
-    async def _take(self, peer: Member, rec: PeerRecord, body: bytes, adopt: bool = False, nth: int = 1,
+    async def _take(self, peer: Member, rec: PeerRecord, body: bytes | bytearray, adopt: bool = False, nth: int = 1,
                     genesis: bool = False, wire: int | None = None) -> bool:
         """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome;
         ``genesis``: an answer to a first fetch that named our genesis (the worker may start the
@@ -296,7 +326,7 @@ class Exchange:
         self.metrics.bytes_received.inc(got)
         try:
             applied = await self.worker.deliver(peer.node_id, body, mode=ADOPT if adopt else AVERAGE, nth=nth,
-                                                genesis=genesis)
+                                                genesis=genesis, timeout=deliver_timeout(len(body)))
         except (TimeoutError, ConnectionError) as exc:
             # Our own worker is restarting or stopping: the peer did nothing wrong, so this is
             # a skip that does not count against it.

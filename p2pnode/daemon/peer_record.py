@@ -24,6 +24,9 @@ class PeerRecord:
     last_ok_at: float | None = None
     last_error: str = ""
     last_latency: float | None = None
+    #: bytes a second its model bodies came at (EWMA; 0: not measured yet): a fetch's deadline
+    #: follows from it (net/deadline.py Transfer)
+    rate: float = 0.0
     left_out_until: float = 0.0
     #: ||x - x_hat_peer|| / ||x|| at the last average since our training ended (None: not yet)
     distance: float | None = None

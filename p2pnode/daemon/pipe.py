@@ -25,8 +25,8 @@ from p2pnode.pipe_protocol import (
     PeerMode,
     PeerPayload,
     Request,
-    decode,
-    encode,
+    receive,
+    send,
 )
 
 log = logging.getLogger("p2pnode.pipe")
@@ -90,7 +90,7 @@ class WorkerPipe:
         """Blocking reads in a thread; every message is handed to the loop in order."""
         while True:
             try:
-                msg: Message | None = decode(conn.recv_bytes())
+                msg: Message | None = receive(conn)
             except (EOFError, OSError):
                 msg = None
             except ValueError as exc:
@@ -109,14 +109,13 @@ class WorkerPipe:
         return next(self._tokens)
 
     async def send(self, msg: Message) -> None:
-        data = encode(msg)
         # The lock serialises writers (big payloads: the pipe may block until the worker reads)
         # and keeps the pipe from being closed under a write in progress (see detach()).
         async with self._send_lock:
             conn = self._conn
             if conn is None:
                 raise ConnectionError("no worker")
-            write = asyncio.ensure_future(asyncio.to_thread(conn.send_bytes, data))
+            write = asyncio.ensure_future(asyncio.to_thread(send, conn, msg))
             try:
                 await asyncio.shield(write)
             except asyncio.CancelledError:
@@ -149,7 +148,7 @@ class WorkerPipe:
             elif not fut.cancelled():
                 fut.exception()  # failed while we were still sending: already reported by send
 
-    async def deliver(self, peer: str, data: bytes, mode: PeerMode = AVERAGE, timeout: float = 30.0,
+    async def deliver(self, peer: str, data: bytes | bytearray, mode: PeerMode = AVERAGE, timeout: float = 30.0,
                       nth: int = 1, genesis: bool = False) -> Applied:
         """Hand a peer's payload to the worker (``nth``: its place among its round's payloads;
         ``genesis``: an answer to a fetch that named our version 0); its answer says whether it

@@ -62,9 +62,15 @@ def verify(secret: bytes, method: str, path_qs: str, body: bytes, headers: Mappi
     return hmac.compare_digest(_request_mac(secret, method, path_qs, ts, nonce, body), sig)
 
 
-def sign_response(secret: bytes, request_sig: str, status: int, body: bytes) -> str:
+def sign_response(secret: bytes, request_sig: str, status: int, body: bytes | bytearray | memoryview) -> str:
     """The answer's signature: bound to the request it answers, its status and its body."""
-    msg = f"RESPONSE\n{request_sig}\n{status}\n{hashlib.sha256(body).hexdigest()}".encode()
+    return sign_response_digest(secret, request_sig, status, hashlib.sha256(body).hexdigest())
+
+
+def sign_response_digest(secret: bytes, request_sig: str, status: int, body_sha256: str) -> str:
+    """:func:`sign_response` from the body's SHA-256 (hex), computed beforehand: a streamed
+    answer's body is hashed off the event loop, once per body, before its headers go out."""
+    msg = f"RESPONSE\n{request_sig}\n{status}\n{body_sha256}".encode()
     return hmac.new(secret, msg, hashlib.sha256).hexdigest()
 
 

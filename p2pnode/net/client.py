@@ -13,13 +13,15 @@ inflated, never past the body limit.
 from __future__ import annotations
 
 import asyncio
+import hmac
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import msgpack
 
-from p2pnode.net.auth import HEADER_SIG, sign, verify_response
+from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign, sign_response
+from p2pnode.net.deadline import STALL_WINDOW, Transfer
 from p2pnode.net.encoding import gunzip, with_gzip_marker
 
 MSGPACK = "application/msgpack"
@@ -36,13 +38,21 @@ class PeerTimeout(PeerError):
 @dataclass
 class Response:
     status: int
-    body: bytes  # inflated, where it came as gzip
+    body: bytes | bytearray  # inflated, where it came as gzip; read into one buffer
     headers: dict[str, str]
     wire_bytes: int = 0  # the body's length as it came: what the network carried
+    body_seconds: float = 0.0  # from the answer's headers to its last byte
+
+
+#: bodies up to this long are hashed, inflated and checked on the event loop; longer ones in a thread
+INLINE_BYTES = 1 << 20
+#: the largest answer a call takes unless it says otherwise (the exchange's fetches say: their
+#: model's bound, wire/codec.py payload_limit)
+DEFAULT_MAX_BODY = 512 * 1024 * 1024
 
 
 class PeerClient:
-    def __init__(self, secret: bytes | None = None, ssl: Any = None, max_body: int = 512 * 1024 * 1024,
+    def __init__(self, secret: bytes | None = None, ssl: Any = None, max_body: int = DEFAULT_MAX_BODY,
                  user_agent: str = "p2pnode") -> None:
         self._secret = secret
         self._ssl = ssl
@@ -75,11 +85,16 @@ class PeerClient:
             self._session = None
 
     async def request(self, method: str, addr: str, path_qs: str, body: bytes = b"", timeout: float = 1.0,
-                      content_type: str = MSGPACK, gzip: bool = False) -> Response:
+                      content_type: str = MSGPACK, gzip: bool = False, max_body: int | None = None,
+                      transfer: Transfer | None = None) -> Response:
         """Send one request; raise PeerError on any failure, timeout included. ``gzip``: a gzip
-        answer is welcome (and inflated); without it none is asked for and one is refused."""
+        answer is welcome (and inflated); without it none is asked for and one is refused.
+        ``max_body``: the largest answer taken (the client's default otherwise). ``timeout``
+        bounds the whole call, or with ``transfer`` (a model's fetch) the wait for the answer to
+        begin, its body then getting ``transfer``'s deadline from its size."""
         self.open()
         assert self._session is not None
+        limit = self._max_body if max_body is None else max_body
         headers = {"Content-Type": content_type} if body else {}
         headers["Accept-Encoding"] = "gzip" if gzip else "identity"
         if gzip:
@@ -90,35 +105,39 @@ class PeerClient:
             request_sig = signed[HEADER_SIG]
             headers.update(signed)
         url = f"{self.scheme}://{addr}{path_qs}"
+        loop = asyncio.get_running_loop()
+        allowed = f"no answer within {timeout:g} s"
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as whole:
                 # redirects are answers, never followed: a peer must not aim us at a third party
                 async with self._session.request(method, url, data=body or None, headers=headers,
                                                  allow_redirects=False) as resp:
                     declared = resp.content_length
-                    if declared is not None and declared > self._max_body:
-                        raise PeerError(f"{addr}: body of {declared} bytes is over the limit")
-                    chunks, total = [], 0
-                    async for chunk in resp.content.iter_chunked(1 << 16):
-                        total += len(chunk)
-                        if total > self._max_body:
-                            raise PeerError(f"{addr}: body over the limit of {self._max_body} bytes")
-                        chunks.append(chunk)
-                    data = b"".join(chunks)
-                    if self._secret and not verify_response(self._secret, request_sig, resp.status, data,
-                                                            resp.headers):
+                    if declared is not None and declared > limit:
+                        raise PeerError(f"{addr}: body of {declared} bytes is over the limit of {limit}")
+                    began = loop.time()
+                    if transfer is not None:
+                        seconds = transfer.deadline(limit if declared is None else declared)
+                        whole.reschedule(began + seconds)
+                        allowed = f"body not complete within {seconds:.1f} s"
+                    data = await _read_body(resp, addr, declared, limit, transfer)
+                    took = loop.time() - began
+                    if self._secret and not await _verified(self._secret, request_sig, resp, data):
                         raise PeerError(f"{addr}{path_qs}: answer not signed with the cluster secret "
                                         f"(HTTP {resp.status}; altered on the way, or not a member)")
                     self.bytes_sent += len(body)
                     self.bytes_received += len(data)
                     wire, coding = len(data), resp.headers.get("Content-Encoding", "identity").strip().lower()
                     if coding == "gzip" and gzip:
-                        data = gunzip(data, self._max_body)
+                        data = (gunzip(data, limit) if wire <= INLINE_BYTES
+                                else await asyncio.to_thread(gunzip, data, limit))
                     elif coding != "identity":
                         raise PeerError(f"{addr}{path_qs}: answer in an encoding not asked for ({coding[:40]!r})")
-                    return Response(resp.status, data, dict(resp.headers), wire)
+                    return Response(resp.status, data, dict(resp.headers), wire, took)
+        except TooSlow as exc:
+            raise PeerTimeout(f"{addr}: {exc}") from exc
         except TimeoutError as exc:
-            raise PeerTimeout(f"{addr}: no answer within {timeout:g} s") from exc
+            raise PeerTimeout(f"{addr}: {allowed}") from exc
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise PeerError(f"{addr}: {exc.__class__.__name__}: {exc}") from exc
 
@@ -135,3 +154,64 @@ class PeerClient:
         if not isinstance(reply, dict):
             raise PeerError(f"{addr}{path}: reply is not a map")
         return reply
+
+
+class TooSlow(TimeoutError):
+    """A body coming slower than its transfer's cut-off rate (a peer trickling bytes)."""
+
+
+async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | None, limit: int,
+                     transfer: Transfer | None) -> bytes | bytearray:
+    """The body, read into one buffer (of the declared length when there is one: never a list
+    of chunks joined at the end, which held a model twice). With ``transfer``, a body slower
+    than its cut-off rate over any STALL_WINDOW is cut off (TooSlow)."""
+    buf = bytearray(declared or 0)
+    view = memoryview(buf) if declared else None
+    got = 0
+    loop = asyncio.get_running_loop()
+    mark_at, mark_got = loop.time(), 0
+    cutoff = transfer.cutoff if transfer is not None else 0.0
+    while True:
+        if transfer is not None:
+            try:
+                async with asyncio.timeout(STALL_WINDOW):
+                    chunk = await resp.content.readany()
+            except TimeoutError:
+                raise TooSlow(f"body stalled: nothing for {STALL_WINDOW:g} s after {got} bytes") from None
+        else:
+            chunk = await resp.content.readany()
+        if not chunk:
+            break
+        n = len(chunk)
+        if view is not None:
+            if got + n > len(buf):
+                raise PeerError(f"{addr}: body longer than its Content-Length")
+            view[got:got + n] = chunk
+        else:
+            if got + n > limit:
+                raise PeerError(f"{addr}: body over the limit of {limit} bytes")
+            buf += chunk
+        got += n
+        now = loop.time()
+        if cutoff > 0 and now - mark_at >= STALL_WINDOW:
+            if (got - mark_got) / (now - mark_at) < cutoff:
+                raise TooSlow(f"body too slow: {(got - mark_got) / (now - mark_at) / 1024:.0f} KiB/s over "
+                              f"{now - mark_at:.1f} s, under {cutoff / 1024:.0f} KiB/s, after {got} bytes")
+            mark_at, mark_got = now, got
+    if view is not None:
+        view.release()
+        if got != len(buf):
+            raise PeerError(f"{addr}: body of {got} bytes, {len(buf)} declared")
+    return buf
+
+
+async def _verified(secret: bytes, request_sig: str, resp: aiohttp.ClientResponse, data: bytes | bytearray) -> bool:
+    """Whether the answer's signature matches (its body hashed in a thread when long)."""
+    sig = resp.headers.get(HEADER_RESPONSE_SIG)
+    if not sig:
+        return False
+    if len(data) <= INLINE_BYTES:
+        want = sign_response(secret, request_sig, resp.status, data)
+    else:
+        want = await asyncio.to_thread(sign_response, secret, request_sig, resp.status, data)
+    return hmac.compare_digest(want, str(sig))

@@ -37,12 +37,13 @@ from p2pnode.pipe_protocol import (
     Progress,
     Published,
     Stop,
-    decode,
-    encode,
+    receive,
+    send,
 )
 from p2pnode.ps.gradient import decode_gradient, dense
 from p2pnode.ps.messages import PsPush
 from p2pnode.ps.worker_loop import model_fingerprint
+from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.payload import ModelSpec, NonFiniteError, PayloadError
 from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
@@ -76,7 +77,7 @@ class PsServerWorker:
         self.final_evaluated = self.trainer.done
 
     def send(self, msg: Message) -> None:
-        self.conn.send_bytes(encode(msg))
+        send(self.conn, msg)
 
     def hello(self) -> None:
         t = self.trainer
@@ -113,7 +114,7 @@ class PsServerWorker:
     def on_push(self, msg: PsPush) -> None:
         t = self.trainer
         try:
-            delta = decode_gradient(msg.data, self.spec, self.cfg.http.max_payload_bytes)
+            delta = decode_gradient(msg.data, self.spec, payload_limit(self.spec, self.cfg.http.max_payload_bytes))
         except NonFiniteError as exc:
             self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason="non-finite", detail=str(exc)[:300]))
             return
@@ -163,7 +164,7 @@ class PsServerWorker:
     def loop(self) -> None:
         while self.running:
             if self.conn.poll(0.5):
-                self.handle(decode(self.conn.recv_bytes()))
+                self.handle(receive(self.conn))
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:

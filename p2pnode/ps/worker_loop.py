@@ -38,13 +38,14 @@ from p2pnode.pipe_protocol import (
     PeerPayload,
     Progress,
     Stop,
-    decode,
-    encode,
+    receive,
+    send,
 )
 from p2pnode.ps.gradient import encode_gradient
 from p2pnode.ps.messages import PsGradient, PsRoundEnd
 from p2pnode.wire.payload import ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.codec import decode as decode_payload
+from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.replica import Replica, ReplicaGap
 from p2pnode.worker.process import run_spawned
 from p2pnode.worker.public import DeltaPublisher, floating_state
@@ -96,7 +97,7 @@ class PsWorker:
         self.waited = 0.0  # seconds spent waiting for the server, for the log
 
     def send(self, msg: Message) -> None:
-        self.conn.send_bytes(encode(msg))
+        send(self.conn, msg)
 
     def hello(self) -> None:
         t = self.trainer
@@ -107,7 +108,7 @@ class PsWorker:
     def on_weights(self, msg: PeerPayload) -> None:
         """The server's weights (snapshot or delta since the version we hold): adopt them."""
         try:
-            payload = decode_payload(msg.data, self.spec, self.cfg.http.max_payload_bytes)
+            payload = decode_payload(msg.data, self.spec, payload_limit(self.spec, self.cfg.http.max_payload_bytes))
             if isinstance(payload, Snapshot):
                 replica = Replica(self.spec, payload.header.node_id)
             elif self.server is None or self.server.node_id != payload.header.node_id:
@@ -195,9 +196,9 @@ class PsWorker:
                 log.warning("a round with the server took over %.1f s; computing on the weights we hold", wait)
                 self.round_over = True
                 break
-            self.handle(decode(self.conn.recv_bytes()))
+            self.handle(receive(self.conn))
         while self.running and self.conn.poll(0):
-            self.handle(decode(self.conn.recv_bytes()))
+            self.handle(receive(self.conn))
         self.waited += time.monotonic() - started
 
     def loop(self) -> None:
@@ -217,7 +218,7 @@ class PsWorker:
                 # evaluation on the whole test set), so only training.eval_samples images here
                 self.evaluate(self.cfg.training.eval_samples)
             elif self.conn.poll(0.5):
-                self.handle(decode(self.conn.recv_bytes()))
+                self.handle(receive(self.conn))
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:

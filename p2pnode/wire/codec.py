@@ -37,6 +37,7 @@ from p2pnode.wire.payload import (
     TensorSpec,
     mismatch,
 )
+from p2pnode.wire.msgview import Malformed, unpack, unpack_from
 from p2pnode.wire.rounding import INT8_EXPONENTS, int8_exponent
 
 #: indices are < numel, so with this bound a uint32 always holds an index, and the uint64
@@ -60,6 +61,22 @@ _COMMON_KEYS = frozenset(
 _DELTA_KEYS = _COMMON_KEYS | {"op"}
 _ENTRY_KEYS = frozenset({"t", "n", "w", "z", "i", "v"})
 _INT8_ENTRY_KEYS = _ENTRY_KEYS | {"e"}  # int8 values: the entry's power-of-two exponent
+
+
+def max_encoded_bytes(spec: ModelSpec) -> int:
+    """The largest payload of this model an honest peer can send: a delta naming every element
+    (a 4-byte index gap and a float32 value each) with its framing and header. A snapshot (4
+    bytes an element) is smaller, and so is a chain (served only when smaller than one merged
+    delta). What a peer may send us follows from our model, not from a constant."""
+    per_tensor = sum(2 * len(t.name.encode()) + 96 + 9 * len(t.shape) for t in spec.tensors)
+    return 8 * spec.numel + per_tensor + 64 * 1024
+
+
+def payload_limit(spec: ModelSpec, override: int = 0) -> int:
+    """The largest payload taken from a peer: :func:`max_encoded_bytes`, capped by
+    ``http.max_payload_bytes`` where that is set (``override`` > 0)."""
+    bound = max_encoded_bytes(spec)
+    return min(bound, override) if override > 0 else bound
 
 
 # ---------------------------------------------------------------------------------- encode
@@ -251,7 +268,7 @@ def _specs(raw: Any) -> list[TensorSpec]:
 
 
 def _values(name: str, raw: Any, count: int, vdt: np.dtype) -> np.ndarray:
-    if not isinstance(raw, bytes) or len(raw) != count * vdt.itemsize:
+    if not isinstance(raw, memoryview) or raw.nbytes != count * vdt.itemsize:
         raise PayloadError(f"{name}: value bytes do not match the element count")
     a = np.frombuffer(raw, dtype=vdt).astype(np.float32, copy=False)
     if not np.isfinite(a).all():
@@ -263,7 +280,7 @@ def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
     n = _int(e, "n", 1, numel)
     width = _int(e, "w", 1, 4)
     z = _int(e, "z", 0, 1)
-    raw = _field(e, "i", bytes)
+    raw = _field(e, "i", memoryview)
     if width not in INDEX_WIDTHS:
         raise PayloadError(f"{name}: bad index width")
     size = n * width
@@ -287,53 +304,48 @@ def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
 MAX_CHAIN = 64
 
 
-def split_chain(data: bytes, max_parts: int = MAX_CHAIN) -> list[bytes]:
+def split_chain(data: bytes | bytearray | memoryview, max_parts: int = MAX_CHAIN) -> list[memoryview]:
     """The payloads of a chained answer, in order: encoded payloads back to back (msgpack
     objects delimit themselves). One payload gives a list of one. Only the framing is read
-    here, under the same size limits as :func:`decode`; each part is decoded and validated by
-    it after. Raises :class:`PayloadError` on anything else."""
+    here, under the same size limits as :func:`decode`; each part (a view of ``data``, not a
+    copy) is decoded and validated by it after. Raises :class:`PayloadError` on anything else."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PayloadError("payload is not bytes")
-    unpacker = msgpack.Unpacker(
-        raw=False, strict_map_key=True, max_buffer_size=max(1, len(data)), max_bin_len=len(data),
-        max_str_len=min(len(data), 1 << 16), max_array_len=min(len(data), 1 << 20),
-        max_map_len=64, max_ext_len=0)
-    unpacker.feed(data)
-    parts: list[bytes] = []
+    view = memoryview(data).cast("B") if not isinstance(data, memoryview) or data.format != "B" else data
+    parts: list[memoryview] = []
     start = 0
-    while start < len(data):
+    while start < view.nbytes:
         if len(parts) == max_parts:
             raise PayloadError(f"more than {max_parts} payloads in one answer")
         try:
-            unpacker.skip()
-        except Exception as exc:
-            raise PayloadError(f"not a msgpack payload ({type(exc).__name__})") from None
-        end = unpacker.tell()
-        parts.append(bytes(data[start:end]))
+            _, end = unpack_from(view, start)
+        except Malformed as exc:
+            raise PayloadError(f"not a msgpack payload ({exc})") from None
+        parts.append(view[start:end])
         start = end
     if not parts:
         raise PayloadError("empty payload")
     return parts
 
 
-def decode(data: bytes, expect: ModelSpec | None = None,
+def decode(data: bytes | bytearray | memoryview, expect: ModelSpec | None = None,
            max_bytes: int = DEFAULT_MAX_BYTES) -> Payload:
     """Decode and fully validate a payload; raise :class:`PayloadError` on anything wrong.
 
     ``expect`` (the local model) turns a foreign fingerprint or tensor layout into
-    :class:`ArchitectureMismatch`. Never unpickles; msgpack runs with size limits.
+    :class:`ArchitectureMismatch`. Never unpickles; msgpack is read with size limits, and the
+    tensors' values come back as numpy views of ``data`` (no copy of a big model: keep
+    ``data`` unchanged while they are in use).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PayloadError("payload is not bytes")
-    if len(data) > max_bytes:
-        raise PayloadError(f"payload too large ({len(data)} > {max_bytes} bytes)")
+    size = memoryview(data).nbytes
+    if size > max_bytes:
+        raise PayloadError(f"payload too large ({size} > {max_bytes} bytes)")
     try:
-        obj = msgpack.unpackb(
-            data, raw=False, strict_map_key=True, use_list=True, max_bin_len=len(data),
-            max_str_len=min(len(data), 1 << 16), max_array_len=min(len(data), 1 << 20),
-            max_map_len=64, max_ext_len=0)
-    except Exception as exc:
-        raise PayloadError(f"not a msgpack payload ({type(exc).__name__})") from None
+        obj = unpack(data)
+    except Malformed as exc:
+        raise PayloadError(f"not a msgpack payload ({exc})") from None
     if not isinstance(obj, dict):
         raise PayloadError("payload is not a map")
     if "fmt" not in obj or type(obj["fmt"]) is not int:

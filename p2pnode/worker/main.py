@@ -38,11 +38,12 @@ from p2pnode.pipe_protocol import (
     Published,
     PublishNow,
     Stop,
-    decode,
-    encode,
+    receive,
+    send,
 )
 from p2pnode.sync.messages import FINAL, FINAL_ROUND, SyncContribute, SyncResult
 from p2pnode.sync.powersgd import PowerSync, from_wire, to_wire
+from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.payload import ArchitectureMismatch, ModelSpec, NonFiniteError, PayloadError
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.allreduce import AllReduce
@@ -115,7 +116,7 @@ class Worker:
         self.sync_result: SyncResult | None = None
 
     def send(self, msg: Message) -> None:
-        self.conn.send_bytes(encode(msg))
+        send(self.conn, msg)
 
     def hello(self) -> None:
         t = self.trainer
@@ -153,8 +154,8 @@ class Worker:
     def on_peer(self, msg: PeerPayload) -> None:
         reason = ""
         try:
-            replica = self.replicas.apply(msg.peer, msg.data, self.spec, self.cfg.http.max_payload_bytes,
-                                          self.genesis if msg.genesis else None)
+            limit = payload_limit(self.spec, self.cfg.http.max_payload_bytes)
+            replica = self.replicas.apply(msg.peer, msg.data, self.spec, limit, self.genesis if msg.genesis else None)
         except ArchitectureMismatch as exc:
             reason, detail = "architecture", str(exc)
         except NonFiniteError as exc:
@@ -290,7 +291,7 @@ class Worker:
             if left <= 0 or not self.conn.poll(left):
                 log.warning("no all-reduce result for phase %d in time: a local step", phase)
                 return None
-            self.handle(decode(self.conn.recv_bytes()))
+            self.handle(receive(self.conn))
         return None
 
     def publish(self, full: bool = False) -> None:
@@ -329,7 +330,7 @@ class Worker:
             idle = self.trainer.done or self.waiting or self.held()
             # Between steps take everything waiting; when training is over, block briefly.
             while self.running and self.conn.poll(0.05 if idle else 0):
-                self.handle(decode(self.conn.recv_bytes()))
+                self.handle(receive(self.conn))
                 idle = False
             if not self.running:
                 break

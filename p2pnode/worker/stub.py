@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from p2pnode.checkpoint import write_atomic
+from p2pnode.checkpoint import write_parts
 from p2pnode.config import Config, merge, parse_shard
 from p2pnode.pipe_protocol import (
     ADOPT,
@@ -43,9 +43,9 @@ from p2pnode.pipe_protocol import (
     Published,
     PublishNow,
     Stop,
-    decode,
-    encode,
     mean_weight,
+    receive,
+    send,
 )
 from p2pnode.wire.payload import (
     ArchitectureMismatch,
@@ -57,6 +57,7 @@ from p2pnode.wire.payload import (
     TensorSpec,
 )
 from p2pnode.wire.codec import encode as encode_payload
+from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
 from p2pnode.worker.process import run_spawned
 from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
@@ -69,6 +70,21 @@ STEP_SECONDS = 0.02  # idle between steps: about 50 steps a second, next to no C
 RATE = 0.02  # how far one step moves towards the target
 DENSITY = 0.25  # share of each tensor's entries one publish sends
 SPREAD = 0.1  # how far one shard's target is from the common one (RMS per entry; the common one's is 1)
+#: entries of each tensor one step moves (windows in turn): all of the small model's, a sliver
+#: of a big one's, so that a step of a 100M-parameter stub costs a millisecond, not a second
+WINDOW = 1 << 16
+#: entries of each tensor the loss is measured on (all of the small model's)
+LOSS_SAMPLE = 1 << 16
+
+
+def stub_spec(params: int) -> ModelSpec:
+    """The stub's model: its two small tensors, or ``params`` float32 parameters in four flat
+    tensors (``training.stub_params``: a big model whose steps cost next to nothing)."""
+    if params <= 0:
+        return SPEC
+    q = params // 4
+    sizes = [q, q, q, params - 3 * q]
+    return ModelSpec(f"stub-{params}", [TensorSpec(f"block{i}.weight", (n,)) for i, n in enumerate(sizes)])
 
 
 class StubWorker:
@@ -78,12 +94,23 @@ class StubWorker:
         shard, _ = parse_shard(t.shard)
         init, own = np.random.default_rng(t.seed), np.random.default_rng(t.seed * 1000 + shard + 1)
         common = np.random.default_rng(t.seed + 1_000_003)
+        self.spec = spec = stub_spec(t.stub_params)
         # Same start on every node (as the real worker), a different target per shard, near a
         # common one (as the optima of one task's shards are): far-apart targets would keep
         # honest nodes further apart than robust averaging's radius (refused as outliers)
-        self.x = {s.name: (init.standard_normal(s.numel) * 0.1).astype(np.float32) for s in SPEC.tensors}
-        self.target = {s.name: (common.standard_normal(s.numel) + SPREAD * own.standard_normal(s.numel))
-                       .astype(np.float32) for s in SPEC.tensors}
+        if spec is SPEC:
+            self.x = {s.name: (init.standard_normal(s.numel) * 0.1).astype(np.float32) for s in SPEC.tensors}
+            self.target = {s.name: (common.standard_normal(s.numel) + SPREAD * own.standard_normal(s.numel))
+                           .astype(np.float32) for s in SPEC.tensors}
+        else:  # float32 draws: a big model's start in a second or two, not ten
+            self.x = {s.name: init.standard_normal(s.numel, dtype=np.float32) * np.float32(0.1) for s in spec.tensors}
+            self.target = {}
+            for s in spec.tensors:
+                target = common.standard_normal(s.numel, dtype=np.float32)
+                target += np.float32(SPREAD) * own.standard_normal(s.numel, dtype=np.float32)
+                self.target[s.name] = target
+        #: the windows (per tensor) moved since the last publish: only they can differ from x̂
+        self.touched: dict[str, set[int]] = {s.name: set() for s in spec.tensors}
         self.step = self.samples = self.version = 0
         self.ckpt_path = Path(cfg.node.state_dir) / CHECKPOINT_NAME
         self.resumed = self._load()
@@ -110,7 +137,8 @@ class StubWorker:
             return False
         try:
             state = msgpack.unpackb(raw, raw=False)
-            x = {s.name: np.frombuffer(state["x"][s.name], np.float32, count=s.numel).copy() for s in SPEC.tensors}
+            x = {s.name: np.frombuffer(state["x"][s.name], np.float32, count=s.numel).copy()
+                 for s in self.spec.tensors}
             step, samples, version = int(state["step"]), int(state["samples"]), int(state["version"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"checkpoint {self.ckpt_path} is not a stub worker checkpoint ({exc!r}); "
@@ -119,13 +147,20 @@ class StubWorker:
         return True
 
     def _save(self) -> None:
-        state = {"step": self.step, "samples": self.samples, "version": self.version,
-                 "x": {k: v.tobytes() for k, v in self.x.items()}}
-        write_atomic(self.ckpt_path, msgpack.packb(state, use_bin_type=True))
+        """One msgpack map, streamed: the tensors' bytes go to the file as they are (no copy of
+        a big model in memory), atomically (checkpoint.write_parts)."""
+        head = msgpack.packb({"step": self.step, "samples": self.samples, "version": self.version},
+                             use_bin_type=True)
+        parts: list[bytes | memoryview] = [bytes([0x84]), head[1:], msgpack.packb("x"),
+                                           bytes([0xde]) + len(self.x).to_bytes(2, "big")]
+        for name, x in self.x.items():
+            parts += [msgpack.packb(name), bytes([0xc6]) + x.nbytes.to_bytes(4, "big"), x.data.cast("B")]
+        write_parts(self.ckpt_path, parts)
 
     @property
     def loss(self) -> float:
-        return float(np.mean([np.mean((self.x[k] - self.target[k]) ** 2) for k in self.x]))
+        return float(np.mean([np.mean((self.x[k][:LOSS_SAMPLE] - self.target[k][:LOSS_SAMPLE]) ** 2)
+                              for k in self.x]))
 
     @property
     def done(self) -> bool:
@@ -135,29 +170,39 @@ class StubWorker:
     # --- messages ---------------------------------------------------------------------------
 
     def send(self, msg: Message) -> None:
-        self.conn.send_bytes(encode(msg))
+        send(self.conn, msg)
 
     def _payload(self, kind: str, base: int, entries: dict[str, tuple[np.ndarray, np.ndarray]] | None) -> bytes:
-        header = SPEC.header(kind, self.node_id, self.epoch, self.version, base_version=base, step=self.step,
+        header = self.spec.header(kind, self.node_id, self.epoch, self.version, base_version=base, step=self.step,
                              loss=self.loss)
         if entries is None:
-            return encode_payload(Snapshot(header, {k: v.copy() for k, v in self.xhat.items()}))
+            return encode_payload(Snapshot(header, self.xhat))  # encode copies the values out
         return encode_payload(Delta(header, entries))
 
     def hello(self) -> None:
-        self.send(Hello(fingerprint=SPEC.fingerprint, epoch=self.epoch, version=self.version, step=self.step,
+        self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.epoch, version=self.version, step=self.step,
                         samples=self.samples, snapshot=self._payload("snapshot", self.version, None),
-                        resumed=self.resumed, params=SPEC.numel))
+                        resumed=self.resumed, params=self.spec.numel))
 
     def publish(self, full: bool = False) -> None:
         """q = top-k of x - x_hat per tensor (every entry with ``full``: after an adoption);
         x_hat += q; send the encoded delta."""
         entries = {}
         for name, xhat in self.xhat.items():
-            diff = self.x[name] - xhat
-            k = diff.size if full else max(1, int(diff.size * DENSITY))
-            idx = np.sort(np.argpartition(np.abs(diff), -k)[-k:]).astype(np.uint32)
-            values = diff[idx]
+            # top-k within each window moved since the last publish (the whole tensor of the
+            # small model, or after an adoption): elsewhere x̂ already equals x
+            windows = range(-(-xhat.size // WINDOW)) if full else sorted(self.touched[name])
+            self.touched[name] = set()
+            parts = []
+            for w in windows:
+                lo = w * WINDOW
+                diff = self.x[name][lo:lo + WINDOW] - xhat[lo:lo + WINDOW]
+                k = diff.size if full else max(1, int(diff.size * DENSITY))
+                parts.append(np.sort(np.argpartition(np.abs(diff), -k)[-k:]) + lo)
+            if not parts:
+                continue
+            idx = np.concatenate(parts).astype(np.uint32)
+            values = self.x[name][idx] - xhat[idx]
             xhat[idx] += values
             entries[name] = (idx, values)
         self.version += 1
@@ -166,8 +211,8 @@ class StubWorker:
 
     def on_peer(self, msg: PeerPayload) -> None:
         try:
-            replica = self.replicas.apply(msg.peer, msg.data, SPEC, self.cfg.http.max_payload_bytes,
-                                          self.genesis if msg.genesis else None)
+            limit = payload_limit(self.spec, self.cfg.http.max_payload_bytes)
+            replica = self.replicas.apply(msg.peer, msg.data, self.spec, limit, self.genesis if msg.genesis else None)
         except PayloadError as exc:
             reason = ("architecture" if isinstance(exc, ArchitectureMismatch) else
                       "non-finite" if isinstance(exc, NonFiniteError) else
@@ -188,6 +233,7 @@ class StubWorker:
         for name, x in self.x.items():
             x *= 1.0 - weight
             x += weight * replica.arrays[name]
+            self.touched[name].update(range(-(-x.size // WINDOW)))  # all of x moved
         self.dirty = True
         if msg.mode == ADOPT:  # the whole adopted model published before the answer, as the torch worker does
             self.publish(full=True)
@@ -230,7 +276,10 @@ class StubWorker:
     def train_step(self) -> None:
         c = self.cfg
         for name, x in self.x.items():
-            x += RATE * (self.target[name] - x)
+            w = self.step % -(-x.size // WINDOW)  # the next window of this tensor
+            window = x[w * WINDOW:(w + 1) * WINDOW]
+            window += RATE * (self.target[name][w * WINDOW:(w + 1) * WINDOW] - window)
+            self.touched[name].add(w)
         self.step += 1
         self.samples += c.training.batch_size
         if c.compression.publish_on == "steps":
@@ -253,7 +302,7 @@ class StubWorker:
         while self.running:
             # Between steps, take everything that arrives; block only until the next step is due.
             while self.running and self.conn.poll(max(0.0, next_step - time.monotonic())):
-                self.handle(decode(self.conn.recv_bytes()))
+                self.handle(receive(self.conn))
             if not self.running:
                 break
             next_step = time.monotonic() + STEP_SECONDS
