@@ -44,6 +44,10 @@ site=$(.venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purel
 if ! .venv/bin/python -c "import p2pnode_charlm" 2>/dev/null; then
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e ./examples/charlm 2>&1 | grep -v "^WARNING: Location" || true
 fi
+# The GPT-2-small-shaped example (examples/gpt2): what docs/BENCHMARKS.md's big-model run trains.
+if ! .venv/bin/python -c "import p2pnode_gpt2" 2>/dev/null; then
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e ./examples/gpt2 2>&1 | grep -v "^WARNING: Location" || true
+fi
 
 if [ "${P2PNODE_NEED_DATA:-0}" = 1 ] && [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
