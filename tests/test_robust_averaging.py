@@ -12,8 +12,15 @@ import torch
 from torch import nn
 
 from p2pnode.config import Config, ConfigError, set_option
+from p2pnode.pipe_protocol import PeerPayload
 from p2pnode.worker.averaging import average_into, relative_distance
-from p2pnode.worker.robust import ClipDecision, ClipRadius, make_clipper
+from p2pnode.worker.robust import (
+    MIN_RATIO,
+    ClipDecision,
+    ClipRadius,
+    clip_payload,
+    make_clipper,
+)
 
 
 def flat(model: nn.Module) -> torch.Tensor:
@@ -118,6 +125,46 @@ def test_an_honest_jump_is_clipped_once_and_refused_only_on_a_second_strike() ->
     assert clip.decide("a", 0.2).refused  # far twice in a row
     assert clip.decide("b", 1.4).refused  # a random model: refused at first sight
 
+
+
+def finished_cluster(done: bool) -> ClipRadius:
+    """A node that trained beside peers a and b (honest distances 0.02-0.05), whose training
+    then ended (``done``: as the worker says with each payload), and whose consensus finish
+    then brought all three to the same model exactly: distances of 0, many times over."""
+    clip = ClipRadius(factor=3.0, max_ratio=0.25, refuse=4.0)
+
+    def payload(peer: str) -> PeerPayload:
+        return PeerPayload(token=1, peer=peer, data=b"")
+
+    for d in (0.05, 0.03, 0.02, 0.02):
+        clip_payload(clip, payload("a"), d)
+        clip_payload(clip, payload("b"), d)
+    for d in (0.008, 0.003, 0.0005, 0.0, 0.0, 0.0, 0.0):  # the finish: our training is over
+        clip_payload(clip, payload("a"), d, done)
+        clip_payload(clip, payload("b"), d, done)
+    return clip
+
+
+def test_a_late_joiners_honest_model_is_averaged_after_the_others_agree_exactly() -> None:
+    """Finished nodes agree to the bit; a node that joined late, adopted their model and has
+    trained since on its own shard is 0.16 x ||x|| away (measured on Dirichlet-0.1 shards): its
+    model is averaged, every time, not refused as an outlier because the radius fell to its
+    floor. Without the settled radius it is refused on its second exchange (the defect)."""
+    clip = finished_cluster(done=True)
+    late = PeerPayload(token=2, peer="late", data=b"")
+    for d in (0.16, 0.15, 0.17, 0.14, 0.12, 0.1):
+        decision = clip_payload(clip, late, d, True)
+        assert decision is not None and not decision.refused, (d, clip.radius())
+        assert decision.scale >= 0.02 / d * 3 - 1e-9  # clipped at most to the radius of training
+    # the radius of training, not the floor, and still under the cap
+    assert 0.05 <= clip.radius() <= 0.25
+    # a poisoned model is refused all the same, at first sight
+    assert clip_payload(clip, PeerPayload(token=3, peer="evil", data=b""), 2.0, True).refused
+
+    unsettled = finished_cluster(done=False)
+    assert unsettled.radius() == MIN_RATIO
+    assert not clip_payload(unsettled, late, 0.16).refused  # a first strike: clipped to 1e-4
+    assert clip_payload(unsettled, late, 0.15).refused  # the second: real work refused
 
 
 def test_a_hostile_minority_cannot_make_a_node_spread() -> None:

@@ -170,7 +170,7 @@ class Worker:
         weight = 1.0 if msg.mode == ADOPT else peer_weight(
             self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss, msg.nth)
         distance = relative_distance(self.trainer.model, replica.tensors)
-        clip = clip_payload(self.clipper, msg, distance)
+        clip = clip_payload(self.clipper, msg, distance, self.trainer.done)
         if clip is not None and clip.refused and self.clipper is not None:
             self.send(outlier_refusal(self.clipper, msg, clip, distance, replica.epoch, replica.version))
             return

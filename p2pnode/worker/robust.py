@@ -9,7 +9,10 @@ distances, a short window per peer, ``factor`` x the lower median over peers, be
 Clipping bounds each exchange, not their sum, so a model beyond ``refuse`` x tau is refused as
 an *outlier*: at first sight when it is beyond the widest bound too, else on a second strike;
 and a node whose typical peer is that far (it trained apart, it is *spread*) refuses nobody and
-clips every peer instead. docs/ALGORITHMS.md, "Robust averaging", has why each rule is there
+clips every peer instead. Once the node's own training is over, tau no longer falls below what
+it was then (``settle``): finished nodes that agree exactly measure distances of 0, and a tau
+at ``MIN_RATIO`` would refuse a peer still training, a late joiner, for doing real work.
+docs/ALGORITHMS.md, "Robust averaging", has why each rule is there
 and what was measured.
 
 Pure Python, no torch: the torch worker and the stub worker use it alike (``clip_payload``,
@@ -70,15 +73,28 @@ class ClipRadius:
     raw: OrderedDict[str, deque[float]] = field(default_factory=OrderedDict)
     #: the peers whose last model was beyond ``refuse`` x tau (a strike: the next such is refused)
     struck: OrderedDict[str, bool] = field(default_factory=OrderedDict)
+    #: tau when this node's own training ended (0: not yet), its floor from then on (``settle``)
+    settled: float = 0.0
 
     def radius(self) -> float:
         """tau relative to ||x||: factor x the lower median of the peers' medians, at most
-        ``max_ratio`` (and that before any history)."""
+        ``max_ratio`` (and that before any history), at least the radius kept by ``settle``."""
         medians = sorted(statistics.median(d) for d in self.history.values() if d)
         if not medians:
             return self.max_ratio
         lower_median = medians[(len(medians) - 1) // 2]
-        return min(self.max_ratio, max(MIN_RATIO, self.factor * lower_median))
+        return min(self.max_ratio, max(MIN_RATIO, self.settled, self.factor * lower_median))
+
+    def settle(self) -> None:
+        """This node's training is over: keep tau as it is now as its floor. Why: the consensus
+        finish brings finished nodes to the same model, their distances fall towards 0 and tau
+        with them, to ``MIN_RATIO`` once they agree exactly; a node that joined late and still
+        trains is then as far as training nodes are from each other (0.16 x ||x|| measured on
+        Dirichlet-0.1 shards), beyond ``refuse`` x tau, and was refused as an outlier. Kept at
+        the radius of training, such a peer is averaged (clipped to it at most), and a hostile
+        one moves a finished node by no more than it could while the node trained."""
+        if not self.settled:
+            self.settled = self.radius()
 
     def decide(self, peer: str, distance: float) -> ClipDecision:
         """Clip an exchange at relative ``distance`` from ``peer`` (refuse it beyond ``refuse``
@@ -128,11 +144,17 @@ def make_clipper(rule: str, factor: float, max_ratio: float, refuse: float) -> C
     return ClipRadius(factor, max_ratio, refuse) if rule == "clip" else None
 
 
-def clip_payload(clipper: ClipRadius | None, msg: PeerPayload, distance: float) -> ClipDecision | None:
+def clip_payload(clipper: ClipRadius | None, msg: PeerPayload, distance: float,
+                 done: bool = False) -> ClipDecision | None:
     """What robust averaging does with a peer's payload at relative ``distance``: None when it
     does not apply (``exchange.robust = "none"``, or an adoption: the bootstrap takes a model
-    whole, its checks are the daemon's, p2pnode/daemon/bootstrap.py)."""
-    return None if msg.mode == ADOPT or clipper is None else clipper.decide(msg.peer, distance)
+    whole, its checks are the daemon's, p2pnode/daemon/bootstrap.py). ``done``: our own
+    training is over (the radius settles: ``ClipRadius.settle``)."""
+    if msg.mode == ADOPT or clipper is None:
+        return None
+    if done:
+        clipper.settle()
+    return clipper.decide(msg.peer, distance)
 
 
 def outlier_refusal(clipper: ClipRadius, msg: PeerPayload, clip: ClipDecision, distance: float, epoch: str,

@@ -224,7 +224,7 @@ class StubWorker:
         gap = math.sqrt(sum(float(np.sum((self.x[k] - replica.arrays[k]) ** 2)) for k in self.x))
         norm = math.sqrt(sum(float(np.sum(x ** 2)) for x in self.x.values()))
         distance = gap / norm if norm > 0 else -1.0
-        clip = clip_payload(self.clipper, msg, distance)
+        clip = clip_payload(self.clipper, msg, distance, self.done)
         if clip is not None and clip.refused and self.clipper is not None:
             self.send(outlier_refusal(self.clipper, msg, clip, distance, replica.epoch or "", replica.version))
             return
