@@ -6,17 +6,25 @@ a "set" (merged) delta writes the peer's current values. Everything is checked b
 anything is written, so a payload that is refused leaves the replica as it was.
 
 A replica's values are flat float32 numpy arrays (``arrays``; the update arithmetic is numpy's,
-identical to the publisher's); ``tensors`` gives torch views of the same memory, which the
-worker reshapes to its model's shapes to average them in. torch is imported only for those
-views, so a torch-free process (the stub worker) keeps replicas too. Treat both as read-only: writing to them breaks bit-equality.
-Not thread-safe: one owner (the worker's exchange loop).
+identical to the publisher's); ``tensors`` gives torch views of them, which the worker reshapes
+to its model's shapes to average them in. torch is imported only for those views, so a
+torch-free process (the stub worker) keeps replicas too. Treat both as read-only: writing to
+them breaks bit-equality. Not thread-safe: one owner (the worker's exchange loop).
+
+Where the values live (wire/store.py): in memory for small models; for a model of
+``disk_from`` float32 bytes or more, given a folder, in one file per replica, read and written
+a tensor at a time, so that 16 replicas of a 1 GB model cost 16 GB of disk (and page cache the
+kernel may reclaim), not 16 GB of the worker's memory. ``arrays`` and ``tensors`` are then
+mappings that read a tensor from the file each time one is looked up.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,6 +39,7 @@ from p2pnode.wire.payload import (
     Snapshot,
     mismatch,
 )
+from p2pnode.wire.store import ArrayStore, FileStore, MemoryStore, stash
 
 
 if TYPE_CHECKING:
@@ -45,32 +54,40 @@ class ReplicaGap(PayloadError):
 class Replica:
     """One peer's x̂. ``version`` is -1 and ``epoch`` "" until the first snapshot."""
 
-    def __init__(self, spec: ModelSpec, node_id: str) -> None:
+    def __init__(self, spec: ModelSpec, node_id: str, store: ArrayStore | None = None) -> None:
         self.spec = spec
         self.node_id = node_id
         self.epoch = ""
         self.version = -1
         self.step = 0
         self.loss = math.nan
-        self.arrays: dict[str, np.ndarray] = {}  # flat float32, one per tensor of the spec
+        #: flat float32, one per tensor of the spec (empty until the first snapshot)
+        self.store: ArrayStore = store if store is not None else MemoryStore()
 
     @classmethod
-    def from_genesis(cls, spec: ModelSpec, node_id: str, epoch: str, genesis: Mapping[str, np.ndarray]) -> Replica:
+    def from_genesis(cls, spec: ModelSpec, node_id: str, epoch: str, genesis: Mapping[str, np.ndarray],
+                     store: ArrayStore | None = None) -> Replica:
         """A replica of ``node_id``'s x̂ at version 0 of ``epoch``, which its server found equal
         to our own version 0 (``genesis``, flat float32 per tensor; wire/genesis.py)."""
-        r = cls(spec, node_id)
-        r.arrays = {t.name: np.array(genesis[t.name], dtype=np.float32, copy=True).reshape(-1) for t in spec.tensors}
-        if any(r.arrays[t.name].size != t.numel for t in spec.tensors):
-            raise PayloadError("our genesis does not fit this model")
+        r = cls(spec, node_id, store)
+        for t in spec.tensors:
+            values = np.asarray(genesis[t.name], dtype=np.float32).reshape(-1)
+            if values.size != t.numel:
+                r.store.close()
+                raise PayloadError("our genesis does not fit this model")
+            r.store.write(t.name, values)
         r.epoch, r.version = epoch, 0
         return r
 
     @property
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Torch views of :attr:`arrays` (no copy)."""
-        import torch
+    def arrays(self) -> Mapping[str, np.ndarray]:
+        """The values, tensor by tensor (read from the file each time with a file store)."""
+        return self.store
 
-        return {k: torch.from_numpy(a) for k, a in self.arrays.items()}
+    @property
+    def tensors(self) -> Mapping[str, torch.Tensor]:
+        """Torch views of :attr:`arrays` (no copy beyond a file store's read)."""
+        return _TorchView(self.store)
 
     @property
     def ready(self) -> bool:
@@ -103,26 +120,69 @@ class Replica:
                 raise PayloadError(str(exc)) from None
             payload = decode(data, self.spec, max_bytes=len(data))
         if isinstance(payload, Snapshot):
-            arrays = {s.name: np.array(payload.tensors[s.name], dtype=np.float32, copy=True)
-                      for s in self.spec.tensors}
-            self.arrays = arrays
+            for s in self.spec.tensors:
+                self.store.write(s.name, np.asarray(payload.tensors[s.name], dtype=np.float32).reshape(-1))
         else:
             for name, (idx, vals) in payload.entries.items():
+                values = self.store.for_update(name)
                 if h.op == "set":
-                    self.arrays[name][idx] = vals
+                    values[idx] = vals
                 else:
-                    self.arrays[name][idx] += vals  # unique indices: one float32 add each
+                    values[idx] += vals  # unique indices: one float32 add each
+                self.store.write(name, values)
         self.epoch, self.version, self.step, self.loss = h.epoch, h.version, h.step, h.loss
 
 
-class ReplicaCache:
-    """At most ``max_replicas`` replicas, least recently used evicted first."""
+class _TorchView(Mapping[str, "torch.Tensor"]):
+    """``store``'s arrays as torch tensors, each made when looked up."""
 
-    def __init__(self, max_replicas: int) -> None:
+    def __init__(self, store: ArrayStore) -> None:
+        self.store = store
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        import torch
+
+        return torch.from_numpy(self.store[name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+
+#: float32 bytes of a model from which replicas live in files (when the cache has a folder):
+#: below, a replica costs little memory and a file only adds reads and writes
+DISK_FROM = 64 * 1024 * 1024
+_SERIAL = itertools.count()
+
+
+class ReplicaCache:
+    """At most ``max_replicas`` replicas, least recently used evicted first. With ``folder``,
+    replicas of models of ``disk_from`` float32 bytes or more are files there (the folder is
+    emptied first: a new worker has no replicas)."""
+
+    def __init__(self, max_replicas: int, folder: Path | None = None, disk_from: int = DISK_FROM) -> None:
         if max_replicas < 1:
             raise ValueError("max_replicas must be >= 1")
         self.max_replicas = max_replicas
+        self.folder = folder
+        self.disk_from = disk_from
         self._replicas: OrderedDict[str, Replica] = OrderedDict()
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            for old in folder.glob("*.replica"):
+                old.unlink(missing_ok=True)
+
+    def _store(self, spec: ModelSpec) -> ArrayStore:
+        """Where a new replica of a model of ``spec`` keeps its values."""
+        if self.folder is None or 4 * spec.numel < self.disk_from:
+            return MemoryStore()
+        return FileStore(self.folder / f"{next(_SERIAL)}.replica", spec)
+
+    def _drop(self, replica: Replica | None, keep: Replica | None = None) -> None:
+        if replica is not None and replica is not keep:
+            replica.store.close()
 
     def __len__(self) -> int:
         return len(self._replicas)
@@ -154,12 +214,13 @@ class ReplicaCache:
                 raise PayloadError("chained deltas do not follow on")
         if any(p.header.node_id != node_id for p in payloads):
             raise PayloadError("payload of another node")
-        replica = self._replicas.get(node_id)
-        if genesis is not None and isinstance(first, Delta) and first.header.base_version == 0 and (
-                replica is None or replica.epoch != first.header.epoch or replica.version != 0):
-            replica = Replica.from_genesis(expect, node_id, first.header.epoch, genesis)  # the old one stays until this works
+        old = replica = self._replicas.get(node_id)
         if isinstance(first, Snapshot):
-            replica = Replica(expect, node_id)  # the old one stays intact until this works
+            replica = Replica(expect, node_id, self._store(expect))  # the old one stays intact until this works
+        elif genesis is not None and first.header.base_version == 0 and (
+                replica is None or replica.epoch != first.header.epoch or replica.version != 0):
+            # the old one stays until this works
+            replica = Replica.from_genesis(expect, node_id, first.header.epoch, genesis, self._store(expect))
         elif replica is None:
             raise ReplicaGap("no replica of this peer")
         elif replica.spec != expect:
@@ -168,10 +229,33 @@ class ReplicaCache:
             # checked before anything is applied, so that a chain never leaves the replica half way
             raise ReplicaGap(f"delta base {first.header.epoch}/{first.header.base_version} != "
                              f"replica {replica.epoch}/{replica.version}")
-        for payload in payloads:
-            replica.apply(payload, validate=False)
+        try:
+            for payload in payloads:
+                replica.apply(payload, validate=False)
+        except BaseException:
+            self._drop(replica, keep=old)
+            raise
+        self._drop(old, keep=replica)
         self._replicas[node_id] = replica
         self._replicas.move_to_end(node_id)
         while len(self._replicas) > self.max_replicas:
-            self._replicas.popitem(last=False)
+            self._drop(self._replicas.popitem(last=False)[1])
         return replica
+
+
+#: the folder of a node's state dir where its worker keeps replicas of big models
+REPLICA_DIR = "replicas"
+
+
+def replica_folder(state_dir: str | Path) -> Path:
+    return Path(state_dir) / REPLICA_DIR
+
+
+def keep_genesis(state_dir: str | Path, spec: ModelSpec, xhat: Mapping[str, object]) -> Mapping[str, np.ndarray]:
+    """The worker's x̂ at version 0 (flat float32 per tensor, e.g. torch CPU tensors), kept for
+    the replicas that start from it: copied in memory for a small model, in a file read back a
+    tensor at a time for one of ``DISK_FROM`` bytes or more (a whole model's copy held in the
+    worker for its life otherwise)."""
+    if 4 * spec.numel < DISK_FROM:
+        return {k: np.array(v, dtype=np.float32, copy=True).reshape(-1) for k, v in xhat.items()}
+    return stash(replica_folder(state_dir), "genesis.f32", spec, {k: np.asarray(v) for k, v in xhat.items()})

@@ -10,6 +10,7 @@ out either model, and falls back to 1/2 when either loss is unknown (not finite,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -30,20 +31,20 @@ def peer_weight(rule: str, own_loss: float, peer_loss: float, nth: int = 1) -> f
 
 
 @torch.no_grad()
-def average_into(model: nn.Module, peer: dict[str, torch.Tensor], weight: float) -> None:
+def average_into(model: nn.Module, peer: Mapping[str, torch.Tensor], weight: float) -> None:
     """x <- (1 - w) x + w x_hat_peer over every floating state entry (weights and BN statistics).
 
     We average with the peer's public copy as the paper averages with its model. CHOCO-Gossip's
     consensus step x <- x + w (x_hat_peer - x_hat_self) was tried too (docs/ARCHITECTURE.md):
     with top-1 % copies it diverged at w = 1/2 and learned far slower at w = 0.1.
     """
-    for name, tensor in model.state_dict().items():
+    for name, tensor in model.state_dict().items():  # a tensor at a time: a replica on disk is read so
         if tensor.is_floating_point() and name in peer:  # not frozen, nor a tied tensor's second name
             tensor.mul_(1.0 - weight).add_(peer[name].to(tensor.device).view_as(tensor), alpha=weight)
 
 
 @torch.no_grad()
-def relative_distance(model: nn.Module, peer: dict[str, torch.Tensor]) -> float:
+def relative_distance(model: nn.Module, peer: Mapping[str, torch.Tensor]) -> float:
     """||x - x_hat_peer|| / ||x|| over the floating state: how far apart two nodes' models are
     (the consensus finish runs until this is small for every peer)."""
     diff, norm = 0.0, 0.0
