@@ -22,7 +22,7 @@ PATHS = ["/v1/model", "/v1/status", "/metrics", "/healthz", "/", "/v1/history", 
          "/v1/membership/ping", "/v1/membership/push-pull", "/v1/membership/gossip", "/v1/membership/ping-req",
          "/v1/membership/join", "/nope", "/v1/model/../status", "/static/dashboard.js", "/static/index.html",
          "/static/nope.js", "/static/..%2f..%2fpyproject.toml", "/static/", "/static/%00"]
-#: the parameter server's own endpoint and the simple membership protocol's (p2pnode/ps/server.py,
+#: the parameter server's own endpoint and the simple membership protocol's (p2pnode/ps/gradient_route.py,
 #: p2pnode/membership/simple.py), with a few of the others
 PS_PATHS = ["/v1/ps/gradient", "/v1/membership/join", "/v1/membership/sync", "/v1/membership/leave",
             "/v1/membership/ping", "/v1/model", "/v1/status", "/static/favicon.svg"]

@@ -21,7 +21,7 @@ WORKER = ["--set", "node.role=ps-worker", "--set", "exchange.timeout=5"]
 
 @pytest.mark.beside_clusters
 def test_ps_daemon_modules_import_no_torch() -> None:
-    probe = ("import sys, p2pnode.ps.server, p2pnode.ps.client, p2pnode.ps.messages, p2pnode.daemon.node\n"
+    probe = ("import sys, p2pnode.ps.mode, p2pnode.ps.messages, p2pnode.daemon.node\n"
              "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

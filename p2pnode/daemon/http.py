@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +28,7 @@ from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pace import parse_step
 from p2pnode.daemon.pipe import WorkerPipe
-from p2pnode.daemon.push import SYNC_PATH, PushPolicy
+from p2pnode.daemon.push import PUSH_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
@@ -48,10 +49,42 @@ MEMBERSHIP_BODY = {"push-pull": 4 * 1024 * 1024, "join": MAX_MESSAGE, "sync": MA
 SWIM_MESSAGE_BODY = 64 * 1024
 
 REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422, "outlier": 422}
-#: endpoints whose body is a model payload: a peer's model, or a gradient pushed to a parameter server
-PAYLOAD_PATHS = ("/v1/model", "/v1/ps/gradient")
 #: compression.publish_on = "fetch": the longest a fetch waits for our worker's publish (s)
 FRESH_WAIT = 0.5
+
+
+@dataclass(frozen=True)
+class PostRoutes:
+    """How the guard treats a mode's POST routes (p2pnode/daemon/mode.py), beside POST /v1/model."""
+
+    #: taken from running members only, sent from their host (the push check, daemon/push.py)
+    members_only: tuple[str, ...] = ()
+    #: bodies as large as a model payload may be (``HttpApi.post_limit``)
+    model_sized: tuple[str, ...] = ()
+    #: bodies that must begin a model payload of this node's model (wire/prefix.py)
+    payloads: tuple[str, ...] = ()
+    #: routes whose member check is left to their handler until this node has joined: a
+    #: restarted node knows few members then (the synchronous mode's contributions)
+    checked_after_join: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What the API reads of the node beyond its model and worker (each a callable: read when
+    a request comes)."""
+
+    #: while true, GET /v1/model answers 503: a fresh node whose start is not settled yet
+    #: serves no model, so its untrained one is nobody's start nor averaged in (daemon/bootstrap.py)
+    starting: Callable[[], bool] = lambda: False
+    #: whether our worker is taking local steps (compression.publish_on = "fetch" asks it to
+    #: publish before answering a fetch only then)
+    training: Callable[[], bool] = lambda: False
+    #: exchange.max_lead: a member's fetch says its step (``&step=``); the exchange keeps it
+    heard_step: Callable[[str, int], None] = lambda node, step: None
+    #: our worker's step now (each model answer says it, 304s included)
+    step_now: Callable[[], int] = lambda: -1
+    #: whether this node has joined its cluster (``PostRoutes.checked_after_join``)
+    joined: Callable[[], bool] = lambda: True
 
 
 def _query(request: web.Request, key: str, valid: Callable[[str], bool], what: str) -> str | None:
@@ -78,7 +111,8 @@ def _digest(request: web.Request, key: str) -> str | None:
 class HttpApi:
     def __init__(self, cfg: Config, model: ModelSource, worker: WorkerPipe, metrics: NodeMetrics,
                  status: Callable[[], dict[str, Any]], healthy: Callable[[], bool],
-                 pusher: Callable[[str], Member | None]) -> None:
+                 pusher: Callable[[str], Member | None], view: NodeView = NodeView(),
+                 routes: PostRoutes = PostRoutes()) -> None:
         self.cfg = cfg
         self.model = model  # what GET /v1/model serves
         self.worker = worker  # where POST /v1/model payloads go
@@ -93,24 +127,14 @@ class HttpApi:
         self.body_budget: BodyBudget | None = None
         #: full snapshots cost a whole model each: their own, smaller rate per client IP
         self.snapshot_buckets = TokenBuckets(cfg.http.snapshot_rate_per_source, cfg.http.snapshot_burst)
-        #: who may POST /v1/model (exchange.accept_pushes); ``pusher`` is the membership's
-        self.pushes = PushPolicy(cfg.exchange.accept_pushes, pusher, self._count_rejected)
+        self.view = view
+        self.routes = routes
+        #: who may POST /v1/model and the mode's members-only routes (exchange.accept_pushes);
+        #: ``pusher`` is the membership's
+        self.pushes = PushPolicy(cfg.exchange.accept_pushes, pusher, self._count_rejected,
+                                 (PUSH_PATH, *routes.members_only))
         #: pushed payloads the worker averaged in
         self.pushes_accepted = 0
-        #: while true, GET /v1/model answers 503: a fresh node whose start is not settled yet
-        #: serves no model, so its untrained one is nobody's start nor averaged in (daemon/bootstrap.py)
-        self.starting: Callable[[], bool] = lambda: False
-        #: whether our worker is taking local steps (compression.publish_on = "fetch" asks it to
-        #: publish before answering a fetch only then)
-        self.training: Callable[[], bool] = lambda: False
-        #: exchange.max_lead: a member's fetch says its step (``&step=``); the exchange keeps it
-        self.heard_step: Callable[[str, int], None] = lambda node, step: None
-        #: our worker's step now (each model answer says it, 304s included)
-        self.step_now: Callable[[], int] = lambda: -1
-        #: whether the member check of ``POST /v1/sync`` is made from the headers: not before we
-        #: have joined (a restarted reducer knows few members then); the sync actor holds such a
-        #: contribution until we have, then makes the check itself (p2pnode/sync/actor.py)
-        self.sync_ready: Callable[[], bool] = lambda: True
 
     def _count_rejected(self, reason: str) -> None:
         self.metrics.rejected.labels(reason).inc()
@@ -128,7 +152,7 @@ class HttpApi:
 
     def body_limit(self, request: web.Request) -> int:
         """The largest body the endpoint of ``request`` takes (the guard reads no more)."""
-        if request.path in PAYLOAD_PATHS or request.path == SYNC_PATH:  # a sync body is a model at most
+        if request.path == PUSH_PATH or request.path in self.routes.model_sized:
             return self.post_limit()
         if request.path.startswith("/v1/membership/"):
             return MEMBERSHIP_BODY.get(request.path.removeprefix("/v1/membership/"), SWIM_MESSAGE_BODY)
@@ -137,7 +161,7 @@ class HttpApi:
     def body_prefix_error(self, request: web.Request, prefix: bytes) -> str | None:
         """For POST /v1/model: why the body's first bytes cannot begin a payload of this model."""
         served = self.model.served
-        if request.path not in PAYLOAD_PATHS or served is None:
+        if (request.path != PUSH_PATH and request.path not in self.routes.payloads) or served is None:
             return None
         return prefix_error(prefix, served.spec)
 
@@ -150,8 +174,8 @@ class HttpApi:
         def precheck(request: web.Request) -> web.Response | None:
             """From the headers alone: unsigned (401), then a push from a non-member (403)."""
             refusal = unsigned(request) if unsigned is not None else None
-            if refusal is None and request.path == SYNC_PATH and not self.sync_ready():
-                return None  # checked once we have joined, by the sync actor
+            if refusal is None and request.path in self.routes.checked_after_join and not self.view.joined():
+                return None  # checked once we have joined, by the route's handler
             return refusal if refusal is not None else self.pushes.precheck(request)
 
         guard, self.rate_buckets, self.body_budget = guard_middleware(
@@ -178,12 +202,12 @@ class HttpApi:
         served = self.model.served
         if served is None:
             return error(503, "model not ready")
-        if self.starting():
+        if self.view.starting():
             return error(503, "starting: this node takes its peers' model first")
         member = self.pushes.from_member(request)
         if member and (asker_step := parse_step(request.query.get("step", ""))) is not None:
-            self.heard_step(request.query.get("from", ""), asker_step)
-        if self.cfg.compression.publish_on == "fetch" and self.training() and member:
+            self.view.heard_step(request.query.get("from", ""), asker_step)
+        if self.cfg.compression.publish_on == "fetch" and self.view.training() and member:
             served = await self.publish_first(served)
             if served is None:
                 return error(503, "model not ready")
@@ -206,7 +230,7 @@ class HttpApi:
             return web.json_response({"error": "too many full snapshots to this address; fetch deltas (?since=)"},
                                      status=429, headers={"Retry-After": "1"})
         headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind,
-                   "X-P2P-Step": str(self.step_now())}  # for the asker's exchange.max_lead
+                   "X-P2P-Step": str(self.view.step_now())}  # for the asker's exchange.max_lead
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
             return web.Response(status=304, headers=headers)

@@ -1,9 +1,11 @@
 """The supervisor: builds a node's actors, runs them in one TaskGroup, shuts them down in order.
 
-Actors: HTTP server, membership, worker supervisor, exchange, checkpointer, systemd
-watchdog. Membership, exchange and checkpointer are restarted with a back-off if they crash;
-a worker that cannot train at all stops the node with exit code 1. SIGTERM/SIGINT: stop
-accepting requests, tell peers we leave, write a final checkpoint, exit 0 — within 10 s.
+Actors: HTTP server, membership, worker supervisor, checkpointer, systemd watchdog, and the
+mode's (gossip's exchange, a ps-worker's push and pull; p2pnode/modes.py picks the mode, whose
+interface is p2pnode/daemon/mode.py). Membership, the mode's actors and the checkpointer are
+restarted with a back-off if they crash; a worker that cannot train at all stops the node with
+exit code 1. SIGTERM/SIGINT: stop accepting requests, tell peers we leave, write a final
+checkpoint, exit 0 — within 10 s.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from p2pnode import __version__
 from p2pnode.config import Config, parse_hostport
 from p2pnode.daemon import dashboard, early_signals, identity, journal, notify
 from p2pnode.daemon.exchange import Exchange
-from p2pnode.daemon.http import HttpApi
+from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
 from p2pnode.daemon.metrics import NodeMetrics
+from p2pnode.daemon.mode import Mode, NodeParts
 from p2pnode.daemon.supervisor import WorkerFailed, WorkerSupervisor
 from p2pnode.membership.base import JoinError, Membership, MemberState
 from p2pnode.membership.simple import SimpleMembership
+from p2pnode.modes import mode_for
 from p2pnode.net.client import PeerClient
 
 log = logging.getLogger("p2pnode.node")
@@ -75,8 +79,11 @@ class Node:
         #: the event loop's stalls (model-sized work on the loop shows up here)
         self.loop_lag = LoopLag(self.metrics.loop_lag, self.metrics.loop_lag_max)
         self.secret = _secret(cfg)
-        self.client = PeerClient(self.secret, _client_ssl(cfg), cfg.http.max_payload_bytes, f"p2pnode/{__version__}")
-        self.supervisor = WorkerSupervisor(cfg, self.node_id, self.metrics)
+        self.client = PeerClient(self.secret, _client_ssl(cfg), user_agent=f"p2pnode/{__version__}")
+        #: how this node trains with the others (gossip, the synchronous mode, a parameter server's role)
+        self.mode_type = mode_for(cfg)
+        self.mode: Mode | None = None  # built in run, on the parts below
+        self.supervisor = WorkerSupervisor(cfg, self.node_id, self.metrics, self.mode_type.worker_module(cfg))
         self.started = time.monotonic()
         self.stop_event = asyncio.Event()
         self.addr = ""
@@ -86,10 +93,6 @@ class Node:
         self.joined = False
         #: member addresses saved in members.json (or found there) since we started
         self._remembered: set[str] = set()
-        #: the parameter-server side of this node (node.role "ps" or "ps-worker"; p2pnode/ps/), else None
-        self.ps: Any = None
-        #: the synchronous mode's all-reduce (exchange.sync; p2pnode/sync/), else None
-        self.sync: Any = None
 
     # --- pieces -----------------------------------------------------------------------------
 
@@ -161,28 +164,9 @@ class Node:
                       "model_served": self.api.bytes_served if self.api else 0,
                       "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},
         }
-        if self.sync is not None:
-            out["sync"] = self.sync.status()
-            out["bytes"]["sync_received"] = self.sync.totals["bytes_received"]
-            out["consensus"] = {"reached": self.supervisor.clock.done, "sync": self.cfg.exchange.sync}
-        if self.ps is not None:  # no averaging in the parameter-server roles: done is the end
-            out["ps"] = self.ps.status()
-            out["consensus"] = {"reached": self.supervisor.clock.done, "role": self.cfg.node.role}
+        if self.mode is not None:
+            self.mode.status(out)
         return out
-
-    def _fetcher(self) -> Callable[[], Awaitable[None]]:
-        """The actor that brings models in: the exchange for a peer, push-and-pull for a
-        ps-worker; a parameter server fetches nothing (its workers come to it)."""
-        assert self.exchange is not None
-        if self.sync is not None:
-            # the all-reduce keeps every node's model the same: averaging with a peer's public
-            # copy (which only tracks the model on fetches) would pull ours back, not together
-            return asyncio.Event().wait  # type: ignore[return-value]
-        if self.cfg.node.role == "peer":
-            return self.exchange.run
-        if self.cfg.node.role == "ps-worker":
-            return self.ps.run  # type: ignore[no-any-return]
-        return asyncio.Event().wait  # type: ignore[return-value]
 
     # --- actors -----------------------------------------------------------------------------
 
@@ -242,8 +226,8 @@ class Node:
                 # remembered members are hints: a first node whose old peers are gone starts alone
                 log.warning("no remembered member answered (%s); running alone until one does", ", ".join(seeds))
         self.joined = True
-        if self.sync is not None:
-            self.sync.joined.set()
+        if self.mode is not None:
+            self.mode.joined()
         notify.notify(f"READY=1\nSTATUS=serving on {self.addr}, {len(self.membership.members())} members")
 
     async def _quorum(self) -> None:
@@ -298,37 +282,20 @@ class Node:
         self.membership = self._build_membership()
         sup = self.supervisor
         self.exchange = Exchange(self.cfg, sup.clock, sup.pipe, self.membership, self.client, self.metrics,
-                                 self.node_id, lambda: sup.model.served.genesis if sup.model.served else "")
+                                 self.node_id, lambda: sup.model.served.genesis if sup.model.served else "",
+                                 spec=lambda: sup.model.served.spec if sup.model.served else None)
+        exchange = self.exchange
+        view = NodeView(starting=lambda: exchange.boot.pending, heard_step=exchange.pace.saw,
+                        step_now=lambda: sup.state.step, joined=lambda: self.joined,
+                        training=((lambda: sup.state.worker_alive and not sup.state.done)
+                                  if self.mode_type.publishes_on_fetch else (lambda: False)))
         self.api = HttpApi(self.cfg, sup.model, sup.pipe, self.metrics, self.status,
-                           lambda: sup.state.worker_alive, self.membership.pusher)
-        self.api.starting = lambda: self.exchange is not None and self.exchange.boot.pending
-        self.api.heard_step = self.exchange.pace.saw
-        self.api.step_now = lambda: sup.state.step
-        self.api.sync_ready = lambda: self.joined
-        if self.cfg.node.role == "peer":  # a parameter server's loop publishes on its own schedule
-            self.api.training = lambda: sup.state.worker_alive and not sup.state.done
+                           lambda: sup.state.worker_alive, self.membership.pusher, view, self.mode_type.routes)
         app = self.api.build_app(self.secret)
-        if self.cfg.node.role == "ps":
-            from p2pnode.ps.server import PsServer
-
-            self.ps = PsServer(self.cfg, self.api, sup.pipe)
-            self.ps.add_routes(app)
-        elif self.cfg.node.role == "ps-worker":
-            from p2pnode.ps.client import PsClient
-
-            self.ps = PsClient(self.cfg, sup.pipe, sup.clock, self.client, self.node_id)
-            sup.on_message = self.ps.on_message
-        if self.cfg.exchange.sync != "none" and self.cfg.node.role == "peer":
-            from p2pnode.sync.actor import SyncActor
-
-            self.sync = SyncActor(self.cfg, sup.pipe, self.client, self.node_id, self.membership.alive_peers,
-                                  self.api.post_limit, self.api.pushes.precheck,
-                                  classes=lambda: sup.state.classes)
-            self.sync.add_routes(app)
-            sup.on_message = self.sync.on_message
-            # no gossip runs beside the all-reduce, so no start from a peer's model either: every
-            # node starts from the seeded model (training.seed) and takes the same steps
-            self.exchange.boot.settle("off")
+        self.mode = mode = self.mode_type(NodeParts(self.cfg, self.node_id, sup, self.client, self.membership,
+                                                    exchange, self.api, lambda: self.joined))
+        mode.add_routes(app)
+        sup.on_message = mode.on_message
         self.membership.add_routes(app)
         dashboard.install(app, self)  # GET /, /v1/history, /v1/cluster; its history sampler runs with the app
         # lingering_time: the unread rest of a refused body is drained for at most 1 s, not 10
@@ -343,16 +310,7 @@ class Node:
                 # the simple protocol takes any member list and any leave it is sent (MEMBERSHIP.md)
                 log.warning("membership.protocol = simple without a secret: any host can add members or "
                             "mark one left; use it only on a trusted network, or use swim (the default)")
-            if self.cfg.exchange.sync != "none":
-                # the member with the lowest id reduces, a member chooses its id, and every node
-                # steps along the mean the reducer answers: a stranger could become the reducer
-                log.warning("exchange.sync = %s without a secret: any host that joins can take the lowest id "
-                            "and answer every node's step; use it only among machines you run, with "
-                            "node.secret_file (docs/ALGORITHMS.md)", self.cfg.exchange.sync)
-        if self.cfg.exchange.sync != "none" and self.cfg.training.min_peers == 0:
-            log.warning("exchange.sync with training.min_peers = 0: this node steps from its start, alone "
-                        "until others join; set training.min_peers to the cluster's size less one to start "
-                        "every node together, as DDP's ranks do (docs/ALGORITHMS.md)")
+        mode.start(self.secret)
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
@@ -361,7 +319,8 @@ class Node:
                 tg.create_task(self._join(), name="join")
                 tg.create_task(self._quorum(), name="quorum")
                 tg.create_task(self._supervised("membership", self.membership.run), name="membership")
-                tg.create_task(self._supervised("exchange", self._fetcher()), name="exchange")
+                for name, actor in mode.actors().items():
+                    tg.create_task(self._supervised(name, actor), name=name)
                 tg.create_task(self._supervised("checkpointer", self._checkpointer), name="checkpointer")
                 tg.create_task(self._member_gauges(), name="member-gauges")
                 tg.create_task(notify.watchdog_loop(), name="watchdog")
@@ -378,8 +337,7 @@ class Node:
             log.error("%s", eg.exceptions[0])
             code = 1
         finally:
-            if self.sync is not None:
-                await self.sync.close()
+            await mode.close()
             await self.supervisor.stop(checkpoint=False, timeout=1.0)
             await runner.cleanup()
             await self.client.close()

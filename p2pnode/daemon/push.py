@@ -1,5 +1,6 @@
-"""Who may push: ``POST /v1/model?from=NODE_ID`` and a parameter server's ``POST
-/v1/ps/gradient?from=NODE_ID`` from members only (``exchange.accept_pushes``).
+"""Who may push: ``POST /v1/model?from=NODE_ID``, and the POST routes a mode marks so (a
+parameter server's ``/v1/ps/gradient``, the synchronous mode's ``/v1/sync``), from members only
+(``exchange.accept_pushes``).
 
 A pushed model is averaged into ours like a fetched one, so a push is as strong as an exchange
 and must come from where an exchange would: a member. A pushed gradient moves a parameter
@@ -40,11 +41,6 @@ ACCEPT_PUSHES = ("members", "any")
 #: the refusal's reason label in p2pnode_payloads_rejected_total
 NOT_MEMBER = "not-member"
 PUSH_PATH = "/v1/model"
-#: a parameter server's gradient endpoint (p2pnode/ps/server.py): the same check
-PS_GRADIENT_PATH = "/v1/ps/gradient"
-#: the synchronous mode's contributions to a reducer (p2pnode/sync/actor.py): the same check
-SYNC_PATH = "/v1/sync"
-PUSH_PATHS = (PUSH_PATH, PS_GRADIENT_PATH, SYNC_PATH)
 
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -86,15 +82,17 @@ def _well_formed(node_id: str) -> bool:
 
 
 class PushPolicy:
-    """The precheck of ``POST /v1/model`` and ``POST /v1/ps/gradient``: ``?from=`` well formed
-    (400), and with ``"members"``
-    a running member's, sent from its host (403). ``lookup(node_id)`` is the membership's
-    ``pusher``; ``count(reason)`` counts a refusal in the rejected-payload metric."""
+    """The precheck of a POST to one of ``paths`` (``POST /v1/model`` and a mode's members-only
+    routes): ``?from=`` well formed (400), and with ``"members"`` a running member's, sent from
+    its host (403). ``lookup(node_id)`` is the membership's ``pusher``; ``count(reason)`` counts
+    a refusal in the rejected-payload metric."""
 
-    def __init__(self, mode: str, lookup: Callable[[str], Member | None], count: Callable[[str], None]) -> None:
+    def __init__(self, mode: str, lookup: Callable[[str], Member | None], count: Callable[[str], None],
+                 paths: tuple[str, ...] = (PUSH_PATH,)) -> None:
         if mode not in ACCEPT_PUSHES:
             raise ValueError(f"exchange.accept_pushes: {mode!r}; choose one of {', '.join(ACCEPT_PUSHES)}")
         self.mode = mode
+        self.paths = paths
         self.lookup = lookup
         self.count = count
         self.refused = 0
@@ -109,7 +107,7 @@ class PushPolicy:
                                       push_origin_error(self.lookup(peer), peer, request.remote) is None)
 
     def precheck(self, request: web.Request) -> web.Response | None:
-        if request.method != "POST" or request.path not in PUSH_PATHS:
+        if request.method != "POST" or request.path not in self.paths:
             return None
         peer = request.query.get("from", "")
         if not _well_formed(peer):

@@ -6,10 +6,11 @@ them), published deltas and hello snapshots to the :class:`ModelSource`, answers
 client. A worker that dies is restarted from the last checkpoint with a back-off; one that
 reports it cannot work at all (missing data, a checkpoint of another model) stops the node.
 
-Which worker runs is ``training.worker`` (``p2pnode.worker.IMPLEMENTATIONS``): the torch
-trainer, or a numpy stand-in for tests that need real nodes but no training. Both speak
-``p2pnode/pipe_protocol.py`` over the same pipe, so the daemon cannot tell them apart; the
-daemon only names the implementation, which is imported in the spawned process.
+Which worker runs is the mode's choice (``Mode.worker_module``, p2pnode/daemon/mode.py); for a
+peer ``training.worker`` (``p2pnode.worker.IMPLEMENTATIONS``): the torch trainer, or a numpy
+stand-in for tests that need real nodes but no training. Both speak ``p2pnode/pipe_protocol.py``
+over the same pipe, so the daemon cannot tell them apart; the daemon only names the module,
+which is imported in the spawned process.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ class WorkerFailed(RuntimeError):
 
 
 class WorkerSupervisor:
-    def __init__(self, cfg: Config, node_id: str, metrics: NodeMetrics) -> None:
+    def __init__(self, cfg: Config, node_id: str, metrics: NodeMetrics, worker_module: str = "") -> None:
         self.cfg = cfg
+        #: the module the spawned process runs ("": the peer worker ``training.worker`` names)
+        self.worker_module = worker_module or worker_process.IMPLEMENTATIONS[cfg.training.worker]
         self.node_id = node_id
         self.metrics = metrics
         self.state = TrainingState()
@@ -64,7 +67,7 @@ class WorkerSupervisor:
         self._stopping = False
         self._consuming = False  # run() is reading the worker's messages
         self._advised_batchnorm = False  # the BatchNorm advice is logged once a daemon life
-        #: where messages this supervisor does not route go (a role's own, p2pnode/ps/); None: dropped
+        #: where messages this supervisor does not route go (a mode's own: Mode.on_message); None: dropped
         self.on_message: Callable[[Message], Awaitable[None]] | None = None
         #: training.min_peers was met (or waited out): every worker life is told Begin
         self.begun = False
@@ -86,7 +89,8 @@ class WorkerSupervisor:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         self._proc = ctx.Process(target=worker_process.run,
-                                 args=(self.cfg.training.worker, child, self.cfg.to_dict(), self.node_id),
+                                 args=(self.worker_module, self.cfg.training.worker, child, self.cfg.to_dict(),
+                                       self.node_id),
                                  name="p2pnode-worker", daemon=True)
         self._proc.start()
         child.close()

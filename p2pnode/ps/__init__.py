@@ -9,7 +9,8 @@ weights with ``GET /v1/model`` exactly as a peer serves its own. A worker pulls 
 computes one batch's gradient, compresses it (``compression.gradient``) and pushes it to
 ``POST /v1/ps/gradient``. The server waits for no worker, so a dead one never stalls it.
 
-Daemon side (torch-free): ``server.py`` (the push endpoint), ``client.py`` (a worker's push and
-pull actor). Worker processes (torch): ``server_loop.py``, ``worker_loop.py``; the gradient
-payload both share is ``gradient.py``; the pipe messages they add are ``messages.py``.
+Daemon side (torch-free): ``mode.py`` (the two roles plugged into the daemon),
+``gradient_route.py`` (the push endpoint), ``push_pull.py`` (a worker's push and pull actor).
+Worker processes (torch): ``server_loop.py``, ``worker_loop.py``; the gradient payload both
+share is ``gradient.py``; the pipe messages they add are ``messages.py``.
 """

@@ -27,7 +27,6 @@ from aiohttp import web
 
 from p2pnode.config import Config
 from p2pnode.daemon.pipe import WorkerPipe
-from p2pnode.daemon.push import SYNC_PATH
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
@@ -39,6 +38,8 @@ from p2pnode.sync.standdown import REST_ROUNDS
 
 log = logging.getLogger("p2pnode.sync")
 
+#: the route that takes contributions to a reducer (from members only: the push check)
+SYNC_PATH = "/v1/sync"
 #: seconds a reducer we could not reach is passed over (membership says it is dead soon after)
 UNREACHABLE_FOR = 5.0
 #: the longest step time a reducer's answer may ask a node to keep (seconds)

@@ -15,14 +15,14 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any
 
-#: ``training.worker`` -> the module whose ``run(conn, cfg_dict, node_id)`` is the worker
+#: ``training.worker`` -> the module whose ``run(conn, cfg_dict, node_id)`` is the peer worker
+#: (gossip's and the synchronous mode's; a mode may name its own: p2pnode/daemon/mode.py)
 IMPLEMENTATIONS = {"torch": "p2pnode.worker.main", "stub": "p2pnode.worker.stub"}
-#: ``node.role`` other than "peer" -> its worker module (the parameter-server mode, p2pnode/ps/)
-ROLE_IMPLEMENTATIONS = {"ps": "p2pnode.ps.server_loop", "ps-worker": "p2pnode.ps.worker_loop"}
 
 
-def run(implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
-    """Entry point of the spawned process: import the chosen worker there and run it."""
+def run(module: str, implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:
+    """Entry point of the spawned process: import ``module`` (the mode's worker, by name) there
+    and run it. ``implementation`` is ``training.worker``, which the log lines say."""
     from p2pnode import logfmt
 
     # Logging first, in the daemon's format (text or json, p2pnode/logfmt.py): the
@@ -33,6 +33,4 @@ def run(implementation: str, conn: Connection, cfg_dict: dict[str, Any], node_id
     logfmt.set_node(node_id)
     logging.getLogger("p2pnode.worker").info("worker process %d started (training.worker = %s)", os.getpid(),
                                              implementation)
-    role = cfg_dict.get("node", {}).get("role", "peer")
-    module = ROLE_IMPLEMENTATIONS.get(role, IMPLEMENTATIONS[implementation])
     importlib.import_module(module).run(conn, cfg_dict, node_id)
