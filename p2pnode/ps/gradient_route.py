@@ -24,12 +24,12 @@ from aiohttp import web
 from p2pnode.config import Config
 from p2pnode.daemon.http import REFUSAL_STATUS, HttpApi
 from p2pnode.daemon.pipe import WorkerPipe
-from p2pnode.daemon.push import PS_GRADIENT_PATH
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import Applied
 from p2pnode.ps.messages import PsPush
 
-PATH = PS_GRADIENT_PATH
+#: where ps-workers push their gradients (from members only: the push check, daemon/push.py)
+PATH = "/v1/ps/gradient"
 #: workers shown in status (the most recent pushers); beyond it the oldest is forgotten
 MAX_WORKERS_SHOWN = 256
 

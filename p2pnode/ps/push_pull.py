@@ -22,7 +22,7 @@ from p2pnode.daemon.state import StepClock
 from p2pnode.net.client import PeerClient, PeerError
 from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.ps.messages import PsGradient, PsRoundEnd
-from p2pnode.ps.server import PATH
+from p2pnode.ps.gradient_route import PATH
 
 log = logging.getLogger("p2pnode.ps")
 
