@@ -34,7 +34,7 @@ def test_snapshot_reused_across_publishes_and_a_replica_catches_up() -> None:
     for seed in range(1, 6):
         publish(pub, seed)
         again = pub.serve(0, None)
-        assert again.body is first.body and again.version == 0  # no new encoding
+        assert again.snapshot is first.snapshot and again.version == 0  # no new encoding
     r = Replica(SPEC, "me")
     r.apply(decode(first.body, SPEC), validate=False)
     catch_up = pub.serve(r.version, "e1")
@@ -59,7 +59,7 @@ def test_snapshot_not_reused_once_its_version_left_the_log() -> None:
     for seed in range(1, 5):
         publish(pub, seed)
     res = pub.serve(0, None)
-    assert res.body is not first.body and res.version == 4  # no delta could bring version 0 forward
+    assert res.snapshot is not first.snapshot and res.version == 4  # no delta could bring version 0 forward
 
 
 def test_without_max_age_every_version_gets_its_snapshot() -> None:

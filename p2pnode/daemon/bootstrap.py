@@ -138,7 +138,7 @@ def judge(offers: list[Offer], radius: float) -> Verdict:
 
 
 async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, max_bytes: int,
-                  node_id: str) -> list[Offer]:
+                  node_id: str, model_bytes: int = 0) -> list[Offer]:
     """Ask every peer for its full snapshot at once (naming ourselves: a peer that publishes on
     fetch publishes first for a member), under ``transfer``'s deadlines (a snapshot's size is
     known, the peer's rate not yet); decode each in a thread."""
@@ -146,7 +146,7 @@ async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, m
     async def one(peer: Member) -> Offer:
         started = time.monotonic()
         try:
-            resp = await client.request("GET", peer.addr, f"/v1/model?from={node_id}", timeout=transfer.floor,
+            resp = await client.request("GET", peer.addr, f"/v1/model?from={node_id}", timeout=transfer.first_byte(model_bytes),
                                         max_body=max_bytes, transfer=transfer)
         except PeerError as exc:
             return Offer(peer, error=str(exc))

@@ -115,6 +115,12 @@ class Exchange:
             return override or DEFAULT_MAX_BODY
         return payload_limit(spec, override)
 
+    def model_bytes(self) -> int:
+        """Our model's float32 bytes (0 before our worker's hello): how long a peer may take to
+        begin its answer follows from it (net/deadline.py Transfer.first_byte)."""
+        spec = self.spec()
+        return 4 * spec.numel if spec is not None else 0
+
     def transfer(self, rec: PeerRecord | None) -> Transfer:
         """A model body's deadline and cut-off rate, from the rate measured from that peer."""
         x = self.cfg.exchange
@@ -233,8 +239,9 @@ class Exchange:
             query += f"&step={self.clock.step}"
         started = time.monotonic()
         try:
-            resp = await self.client.request("GET", peer.addr, query, timeout=self.cfg.exchange.timeout, gzip=True,
-                                             max_body=self.max_body(), transfer=self.transfer(rec))
+            transfer = self.transfer(rec)
+            resp = await self.client.request("GET", peer.addr, query, timeout=transfer.first_byte(self.model_bytes()),
+                                             gzip=True, max_body=self.max_body(), transfer=transfer)
         except PeerError as exc:
             if isinstance(exc, PeerTimeout):
                 rec.rate /= 2  # a slower peer than measured: its next deadline is longer, its cut-off lower
@@ -286,7 +293,8 @@ class Exchange:
             return
         self.follow_worker()
         voters = random.sample(peers, min(VOTERS, len(peers)))
-        offers = await collect(self.client, voters, self.transfer(None), self.max_body(), self.node_id)
+        offers = await collect(self.client, voters, self.transfer(None), self.max_body(), self.node_id,
+                               self.model_bytes())
         if self.keep_own_if_trained():  # training ended while the votes came
             return
         verdict = judge(offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)

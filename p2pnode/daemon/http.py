@@ -32,8 +32,10 @@ from p2pnode.daemon.push import PUSH_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK
+from p2pnode.net.encoding import MAX_BYTES as GZIP_MAX
 from p2pnode.net.encoding import asks_for_gzip, gzip_if_smaller
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
+from p2pnode.net.stream import SLICE, PartsResponse, sha256_of
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
 from p2pnode.pipe_protocol import PublishNow
 from p2pnode.wire.genesis import DIGEST_RE
@@ -234,6 +236,10 @@ class HttpApi:
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
             return web.Response(status=304, headers=headers)
+        if result.snapshot is not None and result.nbytes > GZIP_MAX:  # streamed from its parts (net/stream.py)
+            self.bytes_served += result.nbytes
+            self.metrics.bytes_served.inc(result.nbytes)
+            return PartsResponse(result.snapshot.parts, result.snapshot.sha256, headers=headers, content_type=MSGPACK)
         body = result.body
         if asks_for_gzip(request.query, request.headers.get("Accept-Encoding", "")):
             packed = await self.gzipped(body)
@@ -242,6 +248,8 @@ class HttpApi:
                 headers["Content-Encoding"] = "gzip"
         self.bytes_served += len(body)
         self.metrics.bytes_served.inc(len(body))
+        if len(body) > SLICE:  # a big delta: written a slice at a time, not copied whole on the loop
+            return PartsResponse([body], lambda: sha256_of([body]), headers=headers, content_type=MSGPACK)
         return web.Response(body=body, content_type=MSGPACK, headers=headers)
 
     async def gzipped(self, body: bytes) -> bytes | None:
@@ -262,8 +270,10 @@ class HttpApi:
         step. At most ``FRESH_WAIT`` s of waiting: a
         worker in a long step is answered from the copy there is."""
         try:
-            await self.worker.send(PublishNow())
-        except (ConnectionError, OSError):  # restarting: serve what there is
+            # bounded too: the pipe may be busy carrying a big payload to our worker for seconds
+            async with asyncio.timeout(FRESH_WAIT):
+                await self.worker.send(PublishNow())
+        except (ConnectionError, OSError, TimeoutError):  # restarting, or busy: serve what there is
             return served
         await self.model.wait_published(served.version, served.epoch, min(FRESH_WAIT, self.cfg.exchange.timeout / 4))
         return self.model.served

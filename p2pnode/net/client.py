@@ -160,12 +160,17 @@ class TooSlow(TimeoutError):
     """A body coming slower than its transfer's cut-off rate (a peer trickling bytes)."""
 
 
+def _zeroed(n: int | None) -> bytearray:
+    return bytearray(n or 0)
+
+
 async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | None, limit: int,
                      transfer: Transfer | None) -> bytes | bytearray:
     """The body, read into one buffer (of the declared length when there is one: never a list
     of chunks joined at the end, which held a model twice). With ``transfer``, a body slower
     than its cut-off rate over any STALL_WINDOW is cut off (TooSlow)."""
-    buf = bytearray(declared or 0)
+    # a model-sized buffer is zeroed in a thread: calloc and its page faults held the loop
+    buf = bytearray(declared or 0) if (declared or 0) <= INLINE_BYTES else await asyncio.to_thread(_zeroed, declared)
     view = memoryview(buf) if declared else None
     got = 0
     loop = asyncio.get_running_loop()

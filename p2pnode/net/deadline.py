@@ -57,6 +57,9 @@ CUTOFF = 16.0
 MEASURE_BYTES = 256 * 1024
 #: weight of the newest measurement in a peer's throughput estimate
 EWMA = 0.3
+#: bytes a second a peer is granted to prepare an answer (copy and encode its model) before the
+#: answer begins: a model's answer may begin later the bigger the model
+PREPARE_RATE = 100e6
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,11 @@ class Transfer:
     ceiling: float
     min_rate: float  #: bytes/s no body may come slower than (over any STALL_WINDOW)
     rate: float = 0.0  #: bytes/s measured from this peer (0: not yet)
+
+    def first_byte(self, model_bytes: int) -> float:
+        """Seconds the answer may take to begin: ``floor``, and a second more for every
+        PREPARE_RATE bytes of the model the peer may have to copy and encode first."""
+        return min(self.ceiling, self.floor + model_bytes / PREPARE_RATE)
 
     def deadline(self, nbytes: int) -> float:
         """Seconds a body of ``nbytes`` may take: SLACK times what the peer's rate says, or

@@ -19,6 +19,12 @@ from collections.abc import Mapping
 #: answers shorter than this go as they are: gzip's 18-byte frame and the work are not worth it
 MIN_BYTES = 256
 LEVEL = 6
+#: longer answers are packed at gzip's fastest level, and answers over MAX_BYTES not at all: a
+#: big model's delta (a new one for every fetch) cost seconds of CPU before its answer could
+#: begin (a 50 MB delta: 2-5 s at level 6 on a loaded core, longer than the fetch's wait for it)
+FAST_ABOVE = 1 << 20
+FAST_LEVEL = 1
+MAX_BYTES = 8 << 20
 #: the query parameter a fetch that can inflate adds (``with_gzip_marker``)
 MARKER = ("gzip", "1")
 
@@ -52,10 +58,11 @@ def wants_gzip(accept_encoding: str) -> bool:
 
 def gzip_if_smaller(body: bytes) -> bytes | None:
     """``body`` as one gzip member (no name, no time: the same bytes for the same body), or None
+    where it is over MAX_BYTES, or
     where that would not be smaller."""
-    if len(body) < MIN_BYTES:
+    if not MIN_BYTES <= len(body) <= MAX_BYTES:
         return None
-    packed = gzip.compress(body, LEVEL, mtime=0)
+    packed = gzip.compress(body, LEVEL if len(body) <= FAST_ABOVE else FAST_LEVEL, mtime=0)
     return packed if len(packed) < len(body) else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -9,7 +10,16 @@ from typing import Any
 import msgpack
 from aiohttp import web
 
-from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, HEADER_TS, ReplayCache, sign_response, verify
+from p2pnode.net.auth import (
+    HEADER_RESPONSE_SIG,
+    HEADER_SIG,
+    HEADER_TS,
+    ReplayCache,
+    sign_response,
+    sign_response_digest,
+    verify,
+)
+from p2pnode.net.stream import PartsResponse
 from p2pnode.net.client import MSGPACK
 
 log = logging.getLogger("p2pnode.http")
@@ -71,7 +81,10 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
             raw = resp.body
             if isinstance(raw, (bytes, bytearray)) or raw is None:
                 resp.headers[HEADER_RESPONSE_SIG] = sign_response(secret, request_sig, resp.status, bytes(raw or b""))
-        return resp  # a streamed answer goes unsigned, and a client with the secret refuses it
+        elif isinstance(resp, PartsResponse) and not resp.prepared:  # its body hashed off the loop
+            digest = await asyncio.to_thread(resp.body_sha256)
+            resp.headers[HEADER_RESPONSE_SIG] = sign_response_digest(secret, request_sig, resp.status, digest)
+        return resp  # any other streamed answer goes unsigned, and a client with the secret refuses it
 
     return middleware
 

@@ -96,17 +96,74 @@ def _int8_entry(name: str, values: Any, count: int) -> tuple[bytes, int]:
     return k.astype(np.int8).tobytes(), e
 
 
-def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
+#: elements checked at once for NaN and infinity (a whole big tensor's boolean mask is a
+#: quarter of its bytes again)
+FINITE_CHUNK = 1 << 20
+
+
+def all_finite(a: np.ndarray) -> bool:
+    """Whether every element of the flat array ``a`` is finite, a chunk at a time."""
+    return all(np.isfinite(a[at:at + FINITE_CHUNK]).all() for at in range(0, a.size, FINITE_CHUNK))
+
+
+def _values_array(name: str, values: Any, count: int, vdt: np.dtype) -> np.ndarray:
+    """The values, flat, in the wire's type (no copy when they already are: float32 on a
+    little-endian machine), checked."""
     a = np.asarray(values, dtype=np.float32).reshape(-1)
     if a.size != count:
         raise ValueError(f"{name}: {a.size} values, expected {count}")
-    if not np.isfinite(a).all():
+    if not all_finite(a):
         raise ValueError(f"{name}: non-finite values")
     with np.errstate(over="ignore"):
         w = a.astype(vdt, copy=False)
-    if vdt.itemsize < 4 and not np.isfinite(w).all():
+    if vdt.itemsize < 4 and not all_finite(w):
         raise ValueError(f"{name}: values overflow {vdt.name}")
-    return w.tobytes()
+    return w
+
+
+def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
+    return _values_array(name, values, count, vdt).tobytes()
+
+
+def _bin_header(n: int) -> bytes:
+    """msgpack's own header for a bin of ``n`` bytes (the narrowest, as packb writes it)."""
+    if n < 1 << 8:
+        return bytes((0xc4, n))
+    if n < 1 << 16:
+        return b"\xc5" + n.to_bytes(2, "big")
+    return b"\xc6" + n.to_bytes(4, "big")
+
+
+def encode_parts(snapshot: Snapshot, value_dtype: str = "float32") -> list[bytes | memoryview]:
+    """A snapshot's encoding as parts whose concatenation is :func:`encode`'s bytes: the header,
+    then each tensor's values *as they lie in memory* (float32 arrays are not copied; keep them
+    unchanged while the parts are in use). What a server streams a big model from."""
+    h = snapshot.header
+    if value_dtype not in VALUE_DTYPES:
+        raise ValueError(f"unknown value dtype {value_dtype!r}")
+    if value_dtype == "int8":
+        value_dtype = "float32"  # a snapshot is x_hat itself: exact (int8 is for deltas only)
+    vdt = VALUE_DTYPES[value_dtype]
+    if math.isinf(h.loss):
+        raise ValueError("infinite loss")
+    if h.kind != "snapshot":
+        raise ValueError(f"header kind {h.kind!r} on a snapshot")
+    if set(snapshot.tensors) != {s.name for s in h.specs}:
+        raise ValueError("snapshot tensors do not match header specs")
+    head: dict[str, Any] = {
+        "fmt": FORMAT_VERSION, "kind": "snapshot", "fp": h.fingerprint, "node": h.node_id,
+        "epoch": h.epoch, "base": int(h.base_version), "ver": int(h.version),
+        "step": int(h.step), "loss": float(h.loss), "vdt": value_dtype,
+        "specs": [[s.name, list(s.shape), s.dtype] for s in h.specs],
+    }
+    packed = msgpack.packb(head, use_bin_type=True)  # a fixmap of 11: one more entry follows
+    parts: list[bytes | memoryview] = [bytes((packed[0] + 1,)) + packed[1:] + msgpack.packb("data")
+                                       + msgpack.Packer().pack_array_header(len(h.specs))]
+    for s in h.specs:
+        w = _values_array(s.name, snapshot.tensors[s.name], s.numel, vdt)
+        parts.append(_bin_header(w.nbytes))
+        parts.append(np.ascontiguousarray(w).data.cast("B"))
+    return parts
 
 
 def _gaps(name: str, idx: Any, numel: int) -> np.ndarray | None:
@@ -191,10 +248,7 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
         "specs": [[s.name, list(s.shape), s.dtype] for s in h.specs],
     }
     if isinstance(payload, Snapshot):
-        if set(payload.tensors) != {s.name for s in h.specs}:
-            raise ValueError("snapshot tensors do not match header specs")
-        obj["data"] = [_values_bytes(s.name, payload.tensors[s.name], s.numel, vdt)
-                       for s in h.specs]
+        return b"".join(encode_parts(payload, value_dtype))  # one copy of the values, not two
     else:
         if h.op not in DELTA_OPS:
             raise ValueError(f"unknown delta op {h.op!r}")
@@ -271,7 +325,7 @@ def _values(name: str, raw: Any, count: int, vdt: np.dtype) -> np.ndarray:
     if not isinstance(raw, memoryview) or raw.nbytes != count * vdt.itemsize:
         raise PayloadError(f"{name}: value bytes do not match the element count")
     a = np.frombuffer(raw, dtype=vdt).astype(np.float32, copy=False)
-    if not np.isfinite(a).all():
+    if not all_finite(a):
         raise NonFiniteError(f"{name}: non-finite values")
     return a
 

@@ -30,6 +30,7 @@ may call :meth:`ServedModel.serve_now`, which only tries the lock and never enco
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import OrderedDict, deque
@@ -38,23 +39,62 @@ from itertools import islice
 
 import numpy as np
 
-from p2pnode.wire.codec import MAX_CHAIN, decode, encode
+from p2pnode.wire.codec import MAX_CHAIN, decode, encode, encode_parts
 from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.genesis import digest
 
 MiB = 1024 * 1024
 
 
+class SnapshotBody:
+    """A snapshot's encoding as parts (wire/codec.py encode_parts): its header, then the
+    values of a copy of x̂ made when it was cached, never joined into one more copy. Its
+    SHA-256 (for a signed answer) is computed once, when first asked for, in a thread."""
+
+    def __init__(self, parts: list[bytes | memoryview]) -> None:
+        self.parts = parts
+        self.nbytes = sum(memoryview(p).nbytes for p in parts)
+        self._sha256 = ""
+        self._joined: bytes | None = None
+        self._lock = threading.Lock()
+
+    def sha256(self) -> str:
+        with self._lock:
+            if not self._sha256:
+                h = hashlib.sha256()
+                for part in self.parts:
+                    h.update(part)
+                self._sha256 = h.hexdigest()
+            return self._sha256
+
+    def join(self) -> bytes:
+        """The parts as one ``bytes``, the same object each time (a copy: for small models)."""
+        with self._lock:
+            if self._joined is None:
+                self._joined = b"".join(self.parts)
+            return self._joined
+
+
 @dataclass(frozen=True)
 class ServeResult:
     """What the HTTP layer sends: ``status`` 200 (body = payload), 304 (nothing new, empty
     body) or 503 (nothing published yet: no snapshot); ``kind`` is "snapshot", "delta",
-    "not_modified" or "unavailable"; ``version`` the publisher's current version."""
+    "not_modified" or "unavailable"; ``version`` the publisher's current version. A snapshot's
+    bytes are in ``snapshot`` (streamed from its parts); ``body`` joins them (tests, small models)."""
 
     status: int
-    body: bytes
+    data: bytes
     kind: str
     version: int
+    snapshot: SnapshotBody | None = None
+
+    @property
+    def body(self) -> bytes:
+        return self.snapshot.join() if self.snapshot is not None else self.data
+
+    @property
+    def nbytes(self) -> int:
+        return self.snapshot.nbytes if self.snapshot is not None else len(self.data)
 
 
 @dataclass(frozen=True)
@@ -87,7 +127,7 @@ class ServedModel:
         self._log: deque[_LogEntry] = deque()
         self._log_nbytes = 0
         self.snapshot_max_age = snapshot_max_age
-        self._snapshot: tuple[int, bytes] | None = None
+        self._snapshot: tuple[int, SnapshotBody] | None = None
         self._snapshot_at = 0.0  # time.monotonic() of the cached snapshot's encoding
         self._merged: OrderedDict[int, bytes] = OrderedDict()
 
@@ -238,9 +278,11 @@ class ServedModel:
             if self._snapshot is None or (self._snapshot[0] != v and not self._reusable(self._snapshot[0])):
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,
                                           base_version=-1, step=self._step, loss=self._loss)
-                self._snapshot = (v, encode(Snapshot(header, self._x)))
+                self._snapshot = None  # the old copy goes before the new one is made
+                copy = {name: a.copy() for name, a in self._x.items()}  # publishes go on while it streams
+                self._snapshot = (v, SnapshotBody(encode_parts(Snapshot(header, copy))))
                 self._snapshot_at = time.monotonic()
-            return ServeResult(200, self._snapshot[1], "snapshot", self._snapshot[0])
+            return ServeResult(200, b"", "snapshot", self._snapshot[0], self._snapshot[1])
 
     def _reusable(self, version: int) -> bool:
         """Whether the cached snapshot of ``version`` may still be served: young enough, and a
@@ -278,6 +320,8 @@ class ServedModel:
                                   op="set")
         body = encode(Delta(header, entries))
         self._merged[since] = body
-        while len(self._merged) > self._merge_cache_size:
+        # bounded in bytes as the log is: a big model's merged deltas are tens of MB each
+        while len(self._merged) > self._merge_cache_size or (
+                len(self._merged) > 1 and sum(len(b) for b in self._merged.values()) > self.log_bytes):
             self._merged.popitem(last=False)
         return body

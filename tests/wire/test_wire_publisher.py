@@ -63,7 +63,7 @@ def test_reset_adopts_epoch_and_version() -> None:
     assert (pub.epoch, pub.version, pub.ready) == ("e9", 0, True)
     res = pub.serve(None, None)
     assert (res.status, res.kind, res.version) == (200, "snapshot", 0)
-    assert pub.serve(None, None).body is res.body  # cached per version
+    assert pub.serve(None, None).snapshot is res.snapshot  # cached per version
 
 
 def test_304_only_for_same_version_and_epoch() -> None:
