@@ -89,6 +89,52 @@ def replace_outliers(parts: list[np.ndarray], threshold: float) -> tuple[list[np
     return [centre if i in over else part for i, part in enumerate(parts)], over, float(ratio.max())
 
 
+#: elements per slice when a phase is averaged slice by slice (``mean_in_chunks``)
+CHUNK = 1 << 20
+
+
+def mean_in_chunks(parts: list[np.ndarray], threshold: float,
+                   out_dtype: type[np.floating] = np.float64) -> tuple[np.ndarray, dict[int, float], float]:
+    """(the mean of ``parts`` with each outlier taken as the centre; the outliers, as
+    :func:`replace_outliers` gives them; the largest distance) computed a slice of ``CHUNK``
+    elements at a time: the float64 copies, the centre and the sum exist for one slice only, so
+    a phase as long as a whole model (the models' mean after training, 124M float32 values from
+    each node) costs the parts, the mean and a few slices, not the parts again in float64 (18x
+    the model was measured before, docs/BENCHMARKS.md). Each element's sum is taken in float64
+    in the parts' order, as before; only the distances' dot products are summed in another order."""
+    n = len(parts)
+    size = parts[0].size
+    check = threshold > 0 and n >= MIN_PARTS
+    over: dict[int, float] = {}
+    largest = 0.0
+    if check:
+        pp, pc, cc = np.zeros(n), np.zeros(n), 0.0
+        for at in range(0, size, CHUNK):
+            sl = [np.asarray(p[at:at + CHUNK], dtype=np.float64) for p in parts]
+            centre = median(sl)
+            cc += dot(centre, centre)
+            for i, p in enumerate(sl):
+                pp[i] += dot(p, p)
+                pc[i] += dot(p, centre)
+        dist = np.sqrt(np.maximum(0.0, pp - 2 * pc + cc))
+        scale = max(float(np.median(dist)), FLOOR * float(np.sqrt(cc)))
+        if scale > 0:
+            ratio = dist / scale
+            over = {i: float(r) for i, r in enumerate(ratio) if r > threshold}
+            largest = float(ratio.max())
+    mean = np.empty(size, dtype=out_dtype)
+    for at in range(0, size, CHUNK):
+        sl = [np.asarray(p[at:at + CHUNK], dtype=np.float64) for p in parts]
+        if over:
+            centre = median(sl)
+            sl = [centre if i in over else part for i, part in enumerate(sl)]
+        total = np.zeros(sl[0].shape, dtype=np.float64)
+        for part in sl:
+            total += part
+        mean[at:at + CHUNK] = total / n
+    return mean, over, largest
+
+
 class OutlierCheck:
     """The reducer's check of every phase it closes: what it replaced, by node, and the largest
     distance it measured (status: ``sync.outliers``, ``outlier_nodes``, ``largest_distance``);
@@ -104,6 +150,18 @@ class OutlierCheck:
     def apply(self, names: list[str], parts: list[np.ndarray], rnd: int, phase: int) -> list[np.ndarray]:
         """``parts`` (from the nodes ``names``, for round ``rnd``'s ``phase``), each outlier replaced."""
         out, over, largest = replace_outliers(parts, self.threshold)
+        self.note(names, over, largest, rnd, phase)
+        return out
+
+    def mean(self, names: list[str], parts: list[np.ndarray], rnd: int, phase: int,
+             out_dtype: type[np.floating] = np.float64) -> np.ndarray:
+        """The mean of ``parts``, outliers taken as the centre, slice by slice (``mean_in_chunks``)."""
+        mean, over, largest = mean_in_chunks(parts, self.threshold, out_dtype)
+        self.note(names, over, largest, rnd, phase)
+        return mean
+
+    def note(self, names: list[str], over: dict[int, float], largest: float, rnd: int, phase: int) -> None:
+        """Count and say (once a while per node) the outliers of one phase."""
         self.largest = max(self.largest, largest)
         for i, ratio in over.items():
             node = names[i]
@@ -113,4 +171,3 @@ class OutlierCheck:
                 log.warning("node %s's contribution to round %d (phase %d) lay %.1f times the others' distance "
                             "from their median (exchange.sync_outlier = %g): taken as the median (%d so far)",
                             node, rnd, phase, ratio, self.threshold, self.by_node[node])
-        return out

@@ -27,6 +27,7 @@ restarted) is answered with the current Q instead, to compute its next step with
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from p2pnode.sync.outliers import OutlierCheck
 from p2pnode.sync.outcome import Outcome, SyncRefused, parse, wire_kind
 from p2pnode.sync.standdown import StandDown
 from p2pnode.sync.values import KINDS, encode
+
+log = logging.getLogger("p2pnode.sync")
 
 #: closed phases kept, to answer a late contributor with the means it missed (two a round)
 KEEP = 64
@@ -61,7 +64,11 @@ class _Bucket:
     timer: asyncio.TimerHandle | None = None
     opened: float | None = None  #: loop time of the first timer armed
     new_group: bool = False  #: phase 0, closed: its nodes are not the round before's
+    closing: bool = False  #: its mean is being computed in a thread (``Reducer._close``)
 
+
+#: phases at least this long (values a contribution) are averaged off the event loop
+OFF_LOOP = 1 << 20
 
 #: nodes timed beyond the running ones before the others are forgotten (``Lateness.keep_only``,
 #: checked as a node new to the tables comes: only then do they grow)
@@ -107,6 +114,8 @@ class Reducer:
         #: exchange.sync_wait_for_slow says so (always, or auto for data unlike the others';
         #: one waited for is not stood down for either, when it is our own: sync/lateness.py)
         self.late = Lateness(wait=wait_for_slow)
+        #: means being computed in threads (kept referenced until done)
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def wait_for_slow(self) -> str:
@@ -362,21 +371,54 @@ class Reducer:
         bucket.timer = loop.call_later(delay, self._close, bucket, phase)
 
     def _close(self, bucket: _Bucket, phase: int) -> None:
-        if bucket.done.done():
+        if bucket.done.done() or bucket.closing:
             return
         if bucket.timer is not None:
             bucket.timer.cancel()
-        # summed in float64, so the order does not matter: node ids are random, and summed in
-        # float32 in their sorted order two runs of one seed went apart (tests/sync/
-        # test_reducer.py). Float16 parts sum exactly (each a multiple of 2**-24 below 2**16: up
-        # to 8192 of them fit float64's 53 bits), int8 and int4 parts nearly so (each a 7- or 3-bit value times
-        # a float32 scale: 31 bits), the models' float32 mean nearly so.
         names = sorted(bucket.parts)
-        parts = self.outliers.apply(names, [bucket.parts[name] for name in names], bucket.round, phase)
-        total = np.zeros(parts[0].shape, dtype=np.float64)
-        for part in parts:
-            total += part
-        mean = encode(total / len(names), wire_kind(phase, self.values))
+        parts = [bucket.parts[name] for name in names]
+        kind = wire_kind(phase, self.values)
+        if parts[0].size < OFF_LOOP:
+            self._closed(bucket, phase, names, self._mean(names, parts, bucket.round, phase, kind))
+            return
+        # a long phase (factors of a big model, the models' mean after training: seconds of numpy
+        # at 124M parameters) is averaged in a thread: the loop answers pings, acks and requests
+        # meanwhile. Contributions that come while it runs wait for the same answer, not in it.
+        bucket.closing = True
+        task = asyncio.get_running_loop().create_task(self._close_in_thread(bucket, phase, names, parts, kind))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _mean(self, names: list[str], parts: list[np.ndarray], rnd: int, phase: int, kind: str) -> bytes:
+        """The phase's mean as ``kind`` bytes. Summed in float64, so the order does not matter:
+        node ids are random, and summed in float32 in their sorted order two runs of one seed
+        went apart (tests/sync/test_reducer.py). Float16 parts sum exactly (each a multiple of
+        2**-24 below 2**16: up to 8192 of them fit float64's 53 bits), int8 and int4 parts nearly
+        so (each a 7- or 3-bit value times a float32 scale: 31 bits), the models' float32 mean
+        nearly so. Slice by slice (sync/outliers.py ``mean_in_chunks``); a float32 mean is kept
+        in float32 (what it is rounded to on the wire anyway)."""
+        mean = self.outliers.mean(names, parts, rnd, phase, np.float32 if kind == "float32" else np.float64)
+        return encode(mean, kind)
+
+    async def _close_in_thread(self, bucket: _Bucket, phase: int, names: list[str], parts: list[np.ndarray],
+                               kind: str) -> None:
+        try:
+            mean = await asyncio.to_thread(self._mean, names, parts, bucket.round, phase, kind)
+        except Exception:  # noqa: BLE001 - never leave the contributors waiting on a mean
+            log.exception("round %d phase %d: the mean could not be computed", bucket.round, phase)
+            bucket.closing = False
+            if bucket is self.open0:
+                self._drop(bucket)
+            elif not bucket.done.done():
+                bucket.done.set_result((b"", frozenset()))
+            return
+        if not bucket.done.done():  # not dropped meanwhile
+            self._closed(bucket, phase, names, mean)
+
+    def _closed(self, bucket: _Bucket, phase: int, names: list[str], mean: bytes) -> None:
+        """A phase's mean is known: record it, move the rounds on, answer its contributors."""
+        if bucket.timer is not None:
+            bucket.timer.cancel()
         members = frozenset(names)
         if phase == FINAL:
             self.final_result = (mean, members)

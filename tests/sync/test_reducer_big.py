@@ -1,0 +1,70 @@
+"""The reducer at a big model's size: a phase as long as a model is averaged slice by slice and
+off the event loop, to the same bits as the whole-array way, outliers included."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from p2pnode.sync import outliers
+from p2pnode.sync.messages import FINAL, FINAL_ROUND
+from p2pnode.sync.outliers import mean_in_chunks, replace_outliers
+from p2pnode.sync.reducer import OFF_LOOP, Reducer
+from p2pnode.sync.values import decode, encode
+
+
+def parts(n: int, size: int, outlier: bool) -> list[np.ndarray]:
+    rng = np.random.default_rng(3)
+    out = [rng.standard_normal(size).astype(np.float32) for _ in range(n)]
+    if outlier:
+        out[1] = out[1] * np.float32(-100.0)
+    return out
+
+
+def whole(ps: list[np.ndarray], threshold: float) -> np.ndarray:
+    """The reducer's mean as it was computed before slicing."""
+    replaced, _, _ = replace_outliers(ps, threshold)
+    total = np.zeros(ps[0].shape, dtype=np.float64)
+    for p in replaced:
+        total += p
+    return total / len(ps)
+
+
+def test_sliced_mean_equals_the_whole_array_mean(monkeypatch) -> None:
+    monkeypatch.setattr(outliers, "CHUNK", 1000)  # many slices, one of them short
+    for outlier in (False, True):
+        ps = parts(4, 10_500, outlier)
+        mean, over, _ = mean_in_chunks(ps, 20.0)
+        assert (1 in over) == outlier and len(over) == outlier
+        assert np.array_equal(mean, whole(ps, 20.0))
+        as32, _, _ = mean_in_chunks(ps, 20.0, np.float32)
+        assert np.array_equal(as32, whole(ps, 20.0).astype(np.float32))
+
+
+def test_a_model_sized_final_mean_is_computed_off_the_loop() -> None:
+    names = ["a", "b", "c"]
+    ps = parts(3, OFF_LOOP + 5, outlier=True)
+
+    async def main() -> tuple[list, int]:
+        red = Reducer(30.0, lambda: set(names), final_wait=30.0, values="float16", outlier=20.0)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        outs = await asyncio.gather(*(red.contribute(n, FINAL, FINAL_ROUND, encode(p, "float32"))
+                                      for n, p in zip(names, ps)))
+        t.cancel()
+        return outs, ticks
+
+    outs, ticks = asyncio.run(main())
+    assert all(o.count == 3 and o.included for o in outs)
+    assert outs[0].data == outs[2].data
+    got = decode(outs[0].data, "float32", OFF_LOOP + 5)
+    assert np.array_equal(got, whole(ps, 20.0).astype(np.float32))
+    assert ticks > 3  # the loop ran other tasks while the mean was computed
