@@ -256,7 +256,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           on_start: Callable[[Cluster], Any] | None = None,
           node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
           data_dir: str = "", kill_reducer: bool = False, ids: Sequence[str] = (),
-          node_env: Callable[[int], Mapping[str, str | None]] | None = None) -> TrainResult:
+          node_env: Callable[[int], Mapping[str, str | None]] | None = None,
+          evaluate: Callable[[list[Path]], list[float | None]] | None = None) -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -269,7 +270,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     ``kill_reducer``: the node killed is the one with the lowest id (the synchronous mode's
     reducer), not the last; ``ids``: node i's id, written to its state dir before it starts
     (which node holds the lowest: the synchronous mode's reducer); ``node_env(i)``: environment
-    variables for node i alone (None: not set, as in a service's environment)."""
+    variables for node i alone (None: not set, as in a service's environment); ``evaluate(state
+    dirs)``: each final checkpoint's figure, for a task other than the built-in one."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -333,7 +335,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
             time.sleep(1.0)
     wall = time.monotonic() - start
     live = [i for i in range(nodes) if i != killed]
-    accs = checkpoint_accuracies((cluster.nodes[i].state_dir for i in live), data_dir)
+    dirs = [cluster.nodes[i].state_dir for i in live]
+    accs = evaluate(dirs) if evaluate is not None else checkpoint_accuracies(dirs, data_dir)
     rows = []
     for i, acc in zip(live, accs):
         s = last.get(i, {})
