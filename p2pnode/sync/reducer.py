@@ -343,7 +343,13 @@ class Reducer:
 
     async def _add(self, bucket: _Bucket, node: str, data: bytes, phase: int) -> Outcome:
         length = next(iter(bucket.parts.values())).size if bucket.parts else None
-        arr = parse(data, length, wire_kind(phase, self.values))
+        if len(data) >= 4 * OFF_LOOP:  # a whole model (after training): decoded and checked in a thread
+            arr = await asyncio.to_thread(parse, data, length, wire_kind(phase, self.values))
+            if bucket.done.done() or bucket.closing:  # closed while we decoded: answered, not in it
+                mean, members = await asyncio.shield(bucket.done)
+                return Outcome(bucket.round, mean, len(members), node in members, new_group=bucket.new_group)
+        else:
+            arr = parse(data, length, wire_kind(phase, self.values))
         if node not in bucket.parts and len(bucket.parts) >= MAX_MEMBERS:
             raise SyncRefused(f"a round takes at most {MAX_MEMBERS} nodes")
         bucket.parts[node] = arr
@@ -398,6 +404,8 @@ class Reducer:
         nearly so. Slice by slice (sync/outliers.py ``mean_in_chunks``); a float32 mean is kept
         in float32 (what it is rounded to on the wire anyway)."""
         mean = self.outliers.mean(names, parts, rnd, phase, np.float32 if kind == "float32" else np.float64)
+        if kind == "float32" and mean.dtype == np.dtype("<f4"):
+            return mean.tobytes()  # what encode gives, without its copy
         return encode(mean, kind)
 
     async def _close_in_thread(self, bucket: _Bucket, phase: int, names: list[str], parts: list[np.ndarray],
