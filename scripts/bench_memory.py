@@ -1,0 +1,167 @@
+"""What each part of a node costs in memory, at one model size: measured in one process, part by
+part, as the growth of its resident set (anonymous pages: what the kernel cannot take back; the
+shared libraries' file pages are reported apart) and each step's peak (``VmHWM`` reset through
+``/proc/self/clear_refs`` before it).
+
+The parts are the real objects a node builds: the task's model (``benchlib.sizetask``, or the
+GPT-2-shaped example with ``--task gpt2``), a backward pass (the gradient), the optimizer's
+state after a step (SGD with momentum, or AdamW with ``--optimizer adamw``), the worker's public
+copy x̂ (``DeltaPublisher``) and a publish, its version-0 copy kept for replicas (in memory, or in
+a file: ``wire/replica.keep_genesis``), ``--replicas`` peers' replicas applied from snapshots (in
+memory, or in files: ``ReplicaCache`` with a folder), and the daemon's served mirror
+(``ServedModel``, reset from a snapshot). The daemon's and the worker's parts are added up as a
+node would hold them (two processes, each with its own interpreter; the daemon does not import
+torch).
+
+    nice -n 5 .venv/bin/python scripts/bench_memory.py --params 124000000 [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchlib.results import add_output_args, command_line, machine, table, write_section  # noqa: E402
+
+SECTION = "## Memory per node, part by part"
+
+
+def rss() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key = line.split(":")[0]
+        if key in ("RssAnon", "RssFile", "VmHWM", "VmRSS"):
+            out[key] = 1024 * int(line.split()[1])
+    return out
+
+
+def reset_peak() -> None:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+class Meter:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, int, int]] = []  # (process, part, kept bytes, peak above before)
+
+    def part(self, process: str, name: str, fn: Callable[[], Any]) -> Any:
+        gc.collect()
+        before = rss()
+        reset_peak()
+        began = time.perf_counter()
+        out = fn()
+        took = time.perf_counter() - began
+        gc.collect()
+        after = rss()
+        kept = after["RssAnon"] - before["RssAnon"]
+        peak = max(0, after["VmHWM"] - before["VmRSS"])
+        self.rows.append((process, name, kept, peak))
+        print(f"{process:7s} {name:60s} kept {kept / 1e6:8.0f} MB  peak +{peak / 1e6:8.0f} MB  ({took:.1f} s)",
+              flush=True)
+        return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--params", type=int, default=124_000_000, help="benchlib.sizetask's task.params")
+    ap.add_argument("--task", choices=["sizetask", "gpt2"], default="sizetask")
+    ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
+    ap.add_argument("--replicas", type=int, default=3, help="peers' replicas held (a 4-node cluster: 3)")
+    add_output_args(ap, SECTION)
+    args = ap.parse_args()
+    m = Meter()
+    base = rss()
+    torch = m.part("worker", "import torch (and p2pnode's worker modules)", lambda: __import__("torch"))
+    torch.set_num_threads(1)
+    torch_file = rss()["RssFile"] - base["RssFile"]
+    from p2pnode.compression.registry import build_sparsifier
+    from p2pnode.wire.codec import encode
+    from p2pnode.wire.payload import ModelSpec, Snapshot
+    from p2pnode.wire.replica import ReplicaCache, keep_genesis
+    from p2pnode.wire.served import ServedModel
+    from p2pnode.worker.public import DeltaPublisher, floating_state
+
+    torch.manual_seed(0)
+    if args.task == "gpt2":
+        from p2pnode_gpt2 import GPT
+        model = m.part("worker", "model (GPT-2 shape, 50257 tokens)", lambda: GPT(50257, 1024, 768, 12, 12))
+        x = torch.randint(0, 50257, (1, 65))
+
+        def loss() -> Any:
+            return torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 50257), x[:, 1:].reshape(-1))
+    else:
+        from benchlib.sizetask import SideBySide, shape_for
+        width, layers = shape_for(args.params)
+        model = m.part("worker", f"model ({layers} x {width}² float32)", lambda: SideBySide(width, layers))
+        x = torch.randn(1, width)
+
+        def loss() -> Any:
+            return (model(x) ** 2).mean()
+    params = sum(p.numel() for p in model.parameters())
+    dense = 4 * params
+    m.part("worker", "gradient (a backward pass)", lambda: loss().backward())
+    opt = (torch.optim.AdamW(model.parameters(), lr=1e-4) if args.optimizer == "adamw"
+           else torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9))
+    m.part("worker", f"optimizer state ({'AdamW: two moments' if args.optimizer == 'adamw' else 'SGD momentum'})",
+           opt.step)
+    spec = ModelSpec.from_state_dict(floating_state(model), "fp-memory")
+    pub = m.part("worker", "public copy x̂ (DeltaPublisher)", lambda: DeltaPublisher(
+        model, spec, build_sparsifier("topk:density=0.1"), "me", secrets.token_hex(6), 0, "int8"))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p), alpha=1e-3)
+    m.part("worker", "a publish (top-10 %, int8: transient)", lambda: pub.publish(1, 1.0))
+    tmp = Path(tempfile.mkdtemp(prefix="p2p-mem-"))
+    big = "" if dense >= 64 * 1024 * 1024 else " (below the threshold: memory)"
+    genesis = m.part("worker", f"version-0 copy for replicas, in a file{big}",
+                     lambda: keep_genesis(tmp, spec, pub.xhat))
+    snap = encode(Snapshot(spec.header("snapshot", "peer", "e", 1), {k: v.numpy() for k, v in pub.xhat.items()}))
+    m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, transient)", len(snap), len(snap)))
+    caches = {"memory": ReplicaCache(args.replicas + 1)}
+    disk_cache = ReplicaCache(args.replicas + 1, tmp / "replicas")
+
+    def fill(cache: ReplicaCache) -> None:
+        for i in range(args.replicas):
+            body = encode(Snapshot(spec.header("snapshot", f"peer{i}", "e", 1),
+                                   {k: v.numpy() for k, v in pub.xhat.items()}))
+            cache.apply(f"peer{i}", body, spec, max_bytes=len(body))
+            del body
+    m.part("worker", f"{args.replicas} replicas in memory", lambda: fill(caches["memory"]))
+    caches.clear()  # dropped: the next part is measured without them
+    gc.collect()
+    m.part("worker", f"{args.replicas} replicas in files", lambda: fill(disk_cache))
+    from p2pnode.worker.averaging import average_into
+    replica = disk_cache.get("peer0")
+    assert replica is not None
+    m.part("worker", "averaging in a replica from its file (transient)", lambda: average_into(model, replica.tensors, 0.5))
+    served = ServedModel(spec, "me", "e")
+    m.part("daemon", "served mirror x̂ (ServedModel, from a snapshot)", lambda: served.reset(
+        Snapshot(spec.header("snapshot", "me", "e", 0), {k: v.numpy() for k, v in pub.xhat.items()})))
+    del genesis
+    mb = 1e6
+    rows = [[proc, part, f"{kept / mb:.0f} MB", f"{kept / dense:.2f}x", f"{peak / mb:.0f} MB"]
+            for proc, part, kept, peak in m.rows]
+    text = table(["process", "part", "kept (anonymous)", "x float32 model", "peak while made"], rows, "lllrr")
+    note = (f"Model: {params / 1e6:.1f}M parameters, {dense / mb:.0f} MB float32. torch's shared libraries add "
+            f"{torch_file / mb:.0f} MB of file pages to each process that imports it (shared between "
+            f"processes, counted in each one's RSS).")
+    print(text)
+    print(note)
+    if args.write:
+        write_section(f"{SECTION}\n\n```\nnice -n 5 {command_line()}\n```\n\n- {machine()}\n\n{note}\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
