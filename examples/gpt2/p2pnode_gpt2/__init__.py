@@ -147,6 +147,7 @@ class Gpt2Task:
         held_out = ctx.setting("held_out", 0.05)
         text_file = ctx.setting("text", "")
         megabytes = ctx.setting("text_mb", 4.0)
+        test_windows = ctx.setting("test_windows", 64)  # a node evaluates the whole test set at the end
         self.weight_decay = ctx.setting("weight_decay", 0.1)
         if self.vocab < 257 or self.context < 2 or self.dim % self.heads or not 0 < held_out < 1:
             raise TaskError("task.vocab must be > 256, task.context >= 2, task.dim a multiple of task.heads, "
@@ -160,6 +161,7 @@ class Gpt2Task:
         length = self.context + 1
         self.train = Windows(tokens[:split], length, max(1, self.context // 2))
         self.test = Windows(tokens[split:], length, self.context)
+        self.test.count = min(self.test.count, max(1, test_windows))
         if not len(self.train) or not len(self.test):
             raise TaskError("the text is too short for task.context")
 
