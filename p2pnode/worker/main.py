@@ -45,7 +45,7 @@ from p2pnode.sync.messages import FINAL, FINAL_ROUND, SyncContribute, SyncResult
 from p2pnode.sync.powersgd import PowerSync, from_wire, to_wire
 from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.payload import ArchitectureMismatch, ModelSpec, NonFiniteError, PayloadError
-from p2pnode.wire.replica import ReplicaCache, ReplicaGap
+from p2pnode.wire.replica import ReplicaCache, ReplicaGap, keep_genesis, replica_folder
 from p2pnode.worker.allreduce import AllReduce
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
 from p2pnode.worker.batchnorm import batchnorm_layers
@@ -92,10 +92,11 @@ class Worker:
         self.spec = ModelSpec.from_state_dict(floating_state(model), self.trainer.fingerprint)
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
                                  secrets.token_hex(6), version, cfg.compression.value_dtype)
-        self.replicas = ReplicaCache(cfg.exchange.max_replicas)
+        self.replicas = ReplicaCache(cfg.exchange.max_replicas, replica_folder(cfg.node.state_dir))
         #: our x̂ at version 0 (a fresh start: the seeded initial model every fresh node shares),
         #: from which a peer's replica starts when our first fetch named it (wire/genesis.py)
-        self.genesis = {k: v.numpy().copy() for k, v in self.public.xhat.items()} if self.public.version == 0 else None
+        self.genesis = (keep_genesis(cfg.node.state_dir, self.spec, self.public.xhat)
+                        if self.public.version == 0 else None)
         #: exchange.robust = "clip": the adaptive radius a peer's model is clipped to (robust.py)
         self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,
                                     cfg.exchange.clip_refuse)
