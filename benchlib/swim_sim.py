@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from p2pnode.membership.base import MemberState
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.messages import MessageError
 from p2pnode.membership.swim.node import SwimMembership
 from p2pnode.membership.swim.transport import Transport, TransportError

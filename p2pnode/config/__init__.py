@@ -15,7 +15,7 @@ with code 2. None of it imports torch (the daemon process never loads it).
 from __future__ import annotations
 
 from p2pnode.config.base import MAX_SECONDS, ConfigError, parse_hostport, parse_shard
-from p2pnode.config.checks import validate
+from p2pnode.config.checks import fill, validate
 from p2pnode.config.load import coerce, decode, load_file, merge, set_option
 from p2pnode.config.schema import (
     ROLES,
@@ -38,3 +38,5 @@ __all__ = [
     "TrainingConfig", "coerce", "decode", "load_file", "merge", "parse_hostport", "parse_shard",
     "set_option", "validate",
 ]
+
+Config.fill = fill  # what Config.from_dict does, given to the schema here (it imports neither load nor checks)

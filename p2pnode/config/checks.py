@@ -10,10 +10,12 @@ p2pnode/preflight.py, at ``p2pnode start``.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from p2pnode.config.base import ConfigError, node_id_error, parse_hostport, parse_shard, task_name_error
-from p2pnode.config.load import decode
+from p2pnode.config.load import decode, merge
 from p2pnode.config.schema import Config
+from p2pnode.config.swim import SwimConfig
 
 
 def validate(cfg: Config) -> None:
@@ -96,10 +98,14 @@ def _check_exchange(cfg: Config) -> None:
 
 
 def _check_membership(cfg: Config) -> None:
-    from p2pnode.membership.swim.config import SwimConfig
-
     m = cfg.membership
     try:
         SwimConfig.profile(m.profile, **m.swim_overrides())
     except ValueError as exc:  # e.g. a probe_timeout not below the probe_interval
         raise ConfigError(f"membership: {exc} (with the {m.profile} profile's other timings)") from None
+
+
+def fill(cfg: Config, data: dict[str, Any]) -> None:
+    """``data`` on top of ``cfg``, then the whole checked (``Config.from_dict``)."""
+    merge(cfg, data)
+    validate(cfg)

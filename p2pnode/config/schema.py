@@ -11,11 +11,13 @@ p2pnode/config/checks.py. conf/node.toml shows these defaults, and a test keeps 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, get_args
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgspec
 
 from p2pnode.config.base import I64_MAX, MAX_SECONDS
+from p2pnode.config.swim import SwimConfig
 
 #: an integer > 0 (sizes, counts, periods in steps)
 Positive = Annotated[int, msgspec.Meta(gt=0, le=I64_MAX)]
@@ -226,7 +228,7 @@ class ExchangeConfig(Table):
     #: the factors' values on the wire, both ways: "int4" (half a byte a value) or "int8" (one
     #: byte), in blocks of 64 with one float32 scale each (so twice, or four times, float16's
     #: values for the bytes: a higher rank for the same bytes; each node's error is then its
-    #: own residual, its rounding owed, p2pnode/sync/powersgd.py), or "float16". Every node of
+    #: own residual, its rounding owed, p2pnode/sync/worker_powersgd.py), or "float16". Every node of
     #: a cluster must say the same (others' contributions are refused)
     sync_values: Literal["float16", "int8", "int4"] = "int4"
     #: seconds the reducer waits for the last contributions of a step after the first
@@ -350,8 +352,6 @@ class MembershipConfig(Table):
     def swim_overrides(self) -> dict[str, Any]:
         """The SWIM timings set here (non-zero) and the bounds that differ from SWIM's own
         defaults, for ``SwimConfig.profile(profile, **...)``."""
-        from p2pnode.membership.swim.config import SwimConfig
-
         timings = {k: getattr(self, k) for k in SWIM_TIMINGS if getattr(self, k)}
         bounds = {k: getattr(self, k) for k in SWIM_BOUNDS if getattr(self, k) != getattr(SwimConfig, k)}
         return {**timings, **bounds}
@@ -386,13 +386,14 @@ class Config(Table):
         out: dict[str, Any] = msgspec.to_builtins(self)
         return out
 
+    #: puts a dict on top of a config and checks the result (``load.merge``, then
+    #: ``checks.validate``): set by the package (p2pnode/config/__init__.py), which imports both,
+    #: so that the schema imports neither (they import the schema)
+    fill: ClassVar[Callable[[Config, dict[str, Any]], None]]
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
         """Defaults, then ``data`` on top, decoded and validated; :class:`ConfigError` if bad."""
-        from p2pnode.config.checks import validate
-        from p2pnode.config.load import merge
-
         cfg = cls()
-        merge(cfg, data)
-        validate(cfg)
+        cls.fill(cfg, data)
         return cfg

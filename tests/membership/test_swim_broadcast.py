@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from p2pnode.membership.swim.awareness import Awareness
 from p2pnode.membership.swim.broadcast import BroadcastQueue, update_size
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.messages import Alive, Dead, Suspect
 
 

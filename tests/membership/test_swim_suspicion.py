@@ -8,7 +8,7 @@ import math
 import pytest
 
 from benchlib.swim_sim import run_virtual
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.suspicion import Suspicion, remaining_suspicion_time, suspicion_timeout
 
 

@@ -4,7 +4,7 @@ See docs/MEMBERSHIP.md for the design and docs/PROTOCOL.md ("Membership messages
 format. ``SwimMembership`` is the actor the daemon runs; ``SwimConfig`` its settings.
 """
 
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.node import SwimMembership
 from p2pnode.membership.swim.transport import HttpTransport, Transport, TransportError
 

@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable
 from p2pnode.membership.base import EventKind, Member, Membership
 from p2pnode.membership.swim.awareness import Awareness
 from p2pnode.membership.swim.broadcast import BroadcastQueue, update_size
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.intake import APPLY, IGNORE, PROPOSE, Intake, about_self_refused, judge
 from p2pnode.membership.swim.messages import Alive, Dead, Left, Record, Suspect, Update
 from p2pnode.membership.swim.metrics import SwimMetrics

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from p2pnode.membership.base import MAX_INCARNATION
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.messages import Alive, Left, Suspect, Update
 from p2pnode.membership.swim.state import ALIVE, MemberTable, supersedes
 

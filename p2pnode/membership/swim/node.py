@@ -30,7 +30,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from p2pnode.membership.base import JoinError, Member
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.core import SwimCore
 from p2pnode.membership.swim.messages import (Ack, Alive, Gossip, Message, MessageError, Nack, Ping, PingReq,
                                               PushPull, Suspect, decode, encode)

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from p2pnode.membership.swim.config import SwimConfig
+from p2pnode.config.swim import SwimConfig
 
 #: addresses remembered as failed (oldest forgotten first beyond this)
 MAX_FAILED_REMEMBERED = 4096
