@@ -118,7 +118,9 @@ def load(path: Path) -> dict[str, Any] | None:
     try:
         with warnings.catch_warnings():  # torch's multi-line remarks about foreign pickles: the log line says it
             warnings.simplefilter("ignore")
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            # mmap: a big model's tensors are read from the file as they are copied into the
+            # model, not loaded whole beside it first
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch raises many types for a corrupt or foreign file
         set_aside(path, _short(exc), then)
         return None

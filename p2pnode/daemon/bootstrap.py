@@ -56,6 +56,9 @@ LONE_WAIT_S = 2.0
 #: votes without agreement before the node starts from its own model, and seconds between them
 MAX_VOTES = 3
 RETRY_S = 2.0
+#: seconds from the start during which a vote whose every voter answered 503 (its worker still
+#: starting: a big model's takes many seconds to build and publish) is held again, not counted
+NOT_READY_S = 120.0
 
 
 @dataclass
@@ -111,6 +114,11 @@ def flat_snapshot(body: bytes | bytearray, max_bytes: int) -> list[np.ndarray]:
     if not isinstance(payload, Snapshot):
         raise PayloadError("not a full snapshot")
     return [np.asarray(payload.tensors[s.name]).reshape(-1) for s in payload.header.specs]
+
+
+def not_ready(offers: list[Offer]) -> bool:
+    """Whether every voter answered 503: none has a model to offer yet."""
+    return bool(offers) and all(o.values is None and o.error == "HTTP 503" for o in offers)
 
 
 def judge(offers: list[Offer], radius: float) -> Verdict:

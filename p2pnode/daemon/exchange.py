@@ -37,7 +37,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from p2pnode.config import Config
-from p2pnode.daemon.bootstrap import LONE_WAIT_S, MAX_VOTES, RETRY_S, VOTERS, BootstrapState, collect, judge
+from p2pnode.daemon.bootstrap import (
+    LONE_WAIT_S,
+    MAX_VOTES,
+    NOT_READY_S,
+    RETRY_S,
+    VOTERS,
+    BootstrapState,
+    collect,
+    judge,
+    not_ready,
+)
 from p2pnode.daemon.consensus import ConsensusFinish
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pace import Pace, parse_step
@@ -297,7 +307,11 @@ class Exchange:
                                self.model_bytes())
         if self.keep_own_if_trained():  # training ended while the votes came
             return
-        verdict = judge(offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
+        # the distances are model-sized work: in a thread
+        verdict = await asyncio.to_thread(judge, offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
+        if not_ready(offers) and time.monotonic() - boot.started < NOT_READY_S:
+            await asyncio.sleep(RETRY_S)  # every voter's worker still starting (a big model's takes a while)
+            return
         boot.votes += 1
         if verdict.dissent:
             log.warning("bootstrap: the models of %s agree with no other peer's; not taken (%s)",

@@ -21,6 +21,7 @@ from p2pnode.pipe_protocol import (
     Applied,
     Checkpoint,
     Checkpointed,
+    Hello,
     Message,
     PeerMode,
     PeerPayload,
@@ -30,6 +31,13 @@ from p2pnode.pipe_protocol import (
 )
 
 log = logging.getLogger("p2pnode.pipe")
+
+
+def checkpoint_timeout(params: int) -> float:
+    """Seconds a checkpoint may take: 30, and a second more for every 20 MB the worker writes
+    (about 12 bytes a parameter: the model, its optimizer state, the public copy), so that the
+    periodic checkpoint of a big model never times out because of its size."""
+    return 30.0 + 12 * params / 20e6
 
 
 class WorkerPipe:
@@ -43,6 +51,8 @@ class WorkerPipe:
         self._reader: threading.Thread | None = None
         self._inbox: asyncio.Queue[Message | None] = asyncio.Queue()
         self._send_lock = asyncio.Lock()
+        #: the current worker's parameters (its hello says): what a checkpoint's deadline follows
+        self.params = 0
 
     @property
     def attached(self) -> bool:
@@ -85,8 +95,7 @@ class WorkerPipe:
                 self._conn.close()
                 self._conn = None
 
-    @staticmethod
-    def _read(conn: Connection, inbox: asyncio.Queue[Message | None], loop: asyncio.AbstractEventLoop) -> None:
+    def _read(self, conn: Connection, inbox: asyncio.Queue[Message | None], loop: asyncio.AbstractEventLoop) -> None:
         """Blocking reads in a thread; every message is handed to the loop in order."""
         while True:
             try:
@@ -96,6 +105,8 @@ class WorkerPipe:
             except ValueError as exc:
                 log.error("worker sent an undecodable message: %s", exc)
                 continue
+            if isinstance(msg, Hello):
+                self.params = msg.params  # an int, written at once: read by the loop
             try:
                 loop.call_soon_threadsafe(inbox.put_nowait, msg)
             except RuntimeError:
@@ -161,7 +172,10 @@ class WorkerPipe:
             self.metrics.rejected.labels(reply.reason).inc()
         return reply
 
-    async def checkpoint(self, timeout: float = 30.0) -> Checkpointed:
+    async def checkpoint(self, timeout: float | None = None) -> Checkpointed:
+        """Ask for a checkpoint; ``timeout`` by default follows the model's size."""
+        if timeout is None:
+            timeout = checkpoint_timeout(self.params)
         reply = await self.request(Checkpoint(token=self.token()), timeout)
         if not isinstance(reply, Checkpointed):
             raise ConnectionError(f"worker answered a checkpoint with {reply.kind!r}")

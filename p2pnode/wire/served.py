@@ -83,13 +83,13 @@ class ServeResult:
     bytes are in ``snapshot`` (streamed from its parts); ``body`` joins them (tests, small models)."""
 
     status: int
-    data: bytes
+    data: bytes | bytearray
     kind: str
     version: int
     snapshot: SnapshotBody | None = None
 
     @property
-    def body(self) -> bytes:
+    def body(self) -> bytes | bytearray:
         return self.snapshot.join() if self.snapshot is not None else self.data
 
     @property
@@ -100,7 +100,7 @@ class ServeResult:
 @dataclass(frozen=True)
 class _LogEntry:
     version: int  # the delta takes x̂ from version - 1 to version
-    data: bytes  # exactly what the worker published
+    data: bytes | bytearray  # exactly what the worker published (kept as it came: never copied)
     indices: dict[str, np.ndarray]  # touched flat indices (uint32), for merging
     nbytes: int
 
@@ -190,7 +190,7 @@ class ServedModel:
             self._merged.clear()
             self._ready = True
 
-    def publish(self, data: bytes) -> int:
+    def publish(self, data: bytes | bytearray) -> int:
         """Apply one encoded "add" delta (x̂[idx] += v in float32, as the worker did), log it,
         and return the new version. Raises PayloadError (x̂ unchanged) if it does not apply."""
         payload = decode(data, self.spec, max_bytes=max(len(data), 1))
@@ -201,8 +201,9 @@ class ServedModel:
             raise PayloadError("delta of another node")
         if h.version != h.base_version + 1:
             raise PayloadError("a published delta must advance the version by one")
-        indices = {name: idx.astype(np.uint32) for name, (idx, _) in payload.entries.items()}
-        nbytes = len(data) + sum(i.nbytes for i in indices.values())
+        nbytes = len(data) + 4 * sum(idx.size for idx, _ in payload.entries.values())
+        indices = ({name: idx.astype(np.uint32) for name, (idx, _) in payload.entries.items()}
+                   if nbytes <= self.log_bytes else {})
         with self._lock:
             if not self._ready:
                 raise PayloadError("no snapshot published yet")
@@ -213,8 +214,14 @@ class ServedModel:
             for name, (idx, vals) in payload.entries.items():
                 self._x[name][idx] += vals  # indices are unique: one float32 add each
             self._version, self._step, self._loss = h.version, h.step, h.loss
-            self._log.append(_LogEntry(h.version, bytes(data), indices, nbytes))
-            self._log_nbytes += nbytes
+            if nbytes > self.log_bytes:
+                # bigger than the whole log (an adopted model published whole): not kept, and
+                # what came before it can no longer be brought forward; peers get a snapshot
+                self._log.clear()
+                self._log_nbytes = 0
+            else:
+                self._log.append(_LogEntry(h.version, data, indices, nbytes))
+                self._log_nbytes += nbytes
             while self._log and (len(self._log) > self.log_size
                                  or self._log_nbytes > self.log_bytes):
                 self._log_nbytes -= self._log.popleft().nbytes
