@@ -16,7 +16,7 @@ from benchlib.poison import SYNC_ATTACK
 
 PROBE = """
 import json, numpy as np, torch
-from p2pnode.sync.powersgd import PowerSync
+from p2pnode.sync.worker_powersgd import PowerSync
 from p2pnode.sync.values import decode, encode
 torch.manual_seed(0)
 named = [("w", torch.randn(16, 12)), ("b", torch.randn(16))]

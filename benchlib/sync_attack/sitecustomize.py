@@ -1,7 +1,7 @@
 """The synchronous mode's hostile member, for benchmarks: imported at start-up (as Python imports
 any ``sitecustomize`` on its path) by the processes of the one node ``benchlib.poison.
 train_sync_attacked`` puts this folder on the ``PYTHONPATH`` of. Once its worker imports
-``p2pnode.sync.powersgd``, every contribution the worker makes to a phase is its honest one times
+``p2pnode.sync.worker_powersgd``, every contribution the worker makes to a phase is its honest one times
 ``P2P_SYNC_ATTACK`` (say −100: the gradient's factors negated and scaled up), well formed on the
 wire in every other way. Its own error feedback still sees the honest values, so the attack
 holds steady rather than blowing up to values the reducer would refuse as non-finite.
@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 SCALE = float(os.environ.get("P2P_SYNC_ATTACK", "-100"))
-TARGET = "p2pnode.sync.powersgd"
+TARGET = "p2pnode.sync.worker_powersgd"
 
 
 def _patch(module: ModuleType) -> None:

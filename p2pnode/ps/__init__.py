@@ -11,6 +11,6 @@ computes one batch's gradient, compresses it (``compression.gradient``) and push
 
 Daemon side (torch-free): ``mode.py`` (the two roles plugged into the daemon),
 ``gradient_route.py`` (the push endpoint), ``push_pull.py`` (a worker's push and pull actor).
-Worker processes (torch): ``server_loop.py``, ``worker_loop.py``; the gradient payload both
-share is ``gradient.py``; the pipe messages they add are ``messages.py``.
+Worker processes (torch): ``worker_server.py``, ``worker_client.py``; the gradient payload both
+share is ``worker_gradient.py``; the pipe messages they add are ``messages.py``.
 """

@@ -3,7 +3,7 @@
 Daemon side, torch-free. Only members may push, as for ``POST /v1/model``: the guard's precheck
 (``daemon/push.py``, ``exchange.accept_pushes``) answers 403 from the headers unless ``from``
 is a running member of the server's membership pushing from its own host (its ps-workers join
-it: the server is their first seed). The body is a gradient payload (``ps/gradient.py``); the guard reads it
+it: the server is their first seed). The body is a gradient payload (``ps/worker_gradient.py``); the guard reads it
 under the same limit as a model push (``HttpApi.body_limit``) and refuses one that cannot begin
 a payload of this model from its first bytes. It goes to the server's worker process, which
 applies it at once and answers with the new model version: 200 ``{"accepted": true, "version":

@@ -33,7 +33,7 @@ class PsServerMode(Mode):
 
     @classmethod
     def worker_module(cls, cfg: Config) -> str:
-        return "p2pnode.ps.server_loop"
+        return "p2pnode.ps.worker_server"
 
     def __init__(self, parts: NodeParts) -> None:
         super().__init__(parts)
@@ -56,7 +56,7 @@ class PsWorkerMode(Mode):
 
     @classmethod
     def worker_module(cls, cfg: Config) -> str:
-        return "p2pnode.ps.worker_loop"
+        return "p2pnode.ps.worker_client"
 
     def __init__(self, parts: NodeParts) -> None:
         super().__init__(parts)

@@ -3,7 +3,7 @@
 Each round: take the server's weights (delivered by the daemon as a ``PeerPayload`` in
 "adopt" mode: the whole model replaced), compute one batch's gradient, pass it through
 ``compression.gradient`` (with ``gradient_memory``: error feedback), encode it
-(``ps/gradient.py``) and hand it to the daemon, which pushes it and pulls the next weights,
+(``ps/worker_gradient.py``) and hand it to the daemon, which pushes it and pulls the next weights,
 then says ``PsRoundEnd``. Unlike a peer, a PS worker does wait for the network: pull, compute,
 push is the classic asynchronous parameter server, and that wait is what the comparison
 measures. The wait is bounded (twice ``exchange.timeout`` plus a second): with the server
@@ -14,49 +14,28 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import time
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from p2pnode import checkpoint
-from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.data import DataError
-from p2pnode.models import fingerprint
-from p2pnode.pipe_protocol import (
-    Applied,
-    Checkpoint,
-    Checkpointed,
-    Evaluated,
-    Hello,
-    Message,
-    PeerPayload,
-    Progress,
-    Stop,
-    receive,
-    send,
-)
-from p2pnode.ps.gradient import encode_gradient
+from p2pnode.pipe_protocol import Applied, Message, PeerPayload, Progress
+from p2pnode.ps.worker_gradient import encode_gradient
 from p2pnode.ps.messages import PsGradient, PsRoundEnd
-from p2pnode.wire.payload import ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.codec import decode as decode_payload
 from p2pnode.wire.codec import payload_limit
+from p2pnode.wire.payload import PayloadError, Snapshot
 from p2pnode.wire.replica import Replica, ReplicaGap
 from p2pnode.worker.process import run_spawned
-from p2pnode.worker.public import DeltaPublisher, floating_state
+from p2pnode.worker.public import floating_state
+from p2pnode.worker.trainer_loop import TrainerLoop
 from p2pnode.worker.training import ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
-
-
-def model_fingerprint(trainer: ShardTrainer) -> str:
-    """The architecture fingerprint the trainer's peers would use (the task's, where it has one)."""
-    return str(getattr(trainer, "fingerprint", "") or fingerprint(trainer.model))
 
 
 def batch_loss(trainer: ShardTrainer) -> tuple[torch.Tensor, int]:
@@ -78,32 +57,16 @@ def gradient_dtype(value_dtype: str) -> str:
     return "float32" if value_dtype == "int8" else value_dtype
 
 
-class PsWorker:
+class PsWorker(TrainerLoop):
     def __init__(self, conn: Connection, cfg: Config, node_id: str) -> None:
-        self.conn = conn
-        self.cfg = cfg
-        self.node_id = node_id
-        self.trainer = ShardTrainer(cfg)  # model, shard, gradient compression, test set
-        model = self.trainer.model
-        self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
-        # what this node itself serves: its starting weights (a PS worker has no model of its own)
-        self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
-                                     secrets.token_hex(6), 0, cfg.compression.value_dtype)
+        # model, shard, gradient compression, test set; never resumed: a PS worker has no model
+        # of its own, and what it serves is its starting weights
+        super().__init__(conn, cfg, node_id, resume=False)
         self.server: Replica | None = None  # our copy of the server's weights
-        self.params = dict(model.named_parameters())
-        self.running = True
+        self.params = dict(self.trainer.model.named_parameters())
         self.round_over = False  # the first round: the daemon's first pull of the weights
         self.final_evaluated = False
         self.waited = 0.0  # seconds spent waiting for the server, for the log
-
-    def send(self, msg: Message) -> None:
-        send(self.conn, msg)
-
-    def hello(self) -> None:
-        t = self.trainer
-        self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=0, step=t.step,
-                        samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema), resumed=False,
-                        params=sum(p.numel() for p in t.model.parameters())))
 
     def on_weights(self, msg: PeerPayload) -> None:
         """The server's weights (snapshot or delta since the version we hold): adopt them."""
@@ -128,30 +91,15 @@ class PsWorker:
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch, version=replica.version,
                           weight=1.0))
 
-    def handle(self, msg: Message) -> None:
+    def on_message(self, msg: Message) -> None:
         if isinstance(msg, PeerPayload):
             self.on_weights(msg)
         elif isinstance(msg, PsRoundEnd):
             self.round_over = True
-        elif isinstance(msg, Checkpoint):
-            self.save_checkpoint(msg.token)
-        elif isinstance(msg, Stop):
-            if msg.checkpoint:
-                self.save_checkpoint(msg.token)
-            else:
-                self.send(Checkpointed(token=msg.token, step=self.trainer.step, path="", ok=False,
-                                       detail="not asked for"))
-            self.running = False
 
-    def save_checkpoint(self, token: int) -> None:
+    def checkpoint_state(self) -> dict[str, Any]:
         """The weights this worker last pulled (and its counters): what it would evaluate."""
-        path = Path(self.cfg.node.state_dir) / checkpoint.CHECKPOINT_NAME
-        try:
-            checkpoint.save(path, self.trainer.state_dict())
-            self.send(Checkpointed(token=token, step=self.trainer.step, path=str(path)))
-        except OSError as exc:
-            self.send(Checkpointed(token=token, step=self.trainer.step, path=str(path), ok=False,
-                                   detail=str(exc)))
+        return self.trainer.state_dict()
 
     def step(self) -> None:
         t = self.trainer
@@ -180,10 +128,6 @@ class PsWorker:
         self.send(Progress(step=t.step, samples=t.samples, loss=value if math.isfinite(value) else 0.0, done=t.done,
                            lr=t.lr_now(), nonfinite=t.nonfinite_steps))
 
-    def evaluate(self, samples: int) -> None:
-        acc, loss, n = self.trainer.evaluate(samples)
-        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n))
-
     def wait_round(self, wait: float) -> None:
         """Handle what the daemon sends until the round is over (at most ``wait`` seconds)."""
         started = time.monotonic()
@@ -196,9 +140,9 @@ class PsWorker:
                 log.warning("a round with the server took over %.1f s; computing on the weights we hold", wait)
                 self.round_over = True
                 break
-            self.handle(receive(self.conn))
+            self.handle(self.receive())
         while self.running and self.conn.poll(0):
-            self.handle(receive(self.conn))
+            self.handle(self.receive())
         self.waited += time.monotonic() - started
 
     def loop(self) -> None:
@@ -218,7 +162,7 @@ class PsWorker:
                 # evaluation on the whole test set), so only training.eval_samples images here
                 self.evaluate(self.cfg.training.eval_samples)
             elif self.conn.poll(0.5):
-                self.handle(receive(self.conn))
+                self.handle(self.receive())
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:

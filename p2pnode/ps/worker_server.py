@@ -15,85 +15,33 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from p2pnode import checkpoint
-from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.data import DataError
-from p2pnode.pipe_protocol import (
-    Applied,
-    Checkpoint,
-    Checkpointed,
-    Evaluated,
-    Hello,
-    Message,
-    PeerPayload,
-    Progress,
-    Published,
-    Stop,
-    receive,
-    send,
-)
-from p2pnode.ps.gradient import decode_gradient, dense
+from p2pnode.pipe_protocol import Applied, Message, PeerPayload, Progress, Published
+from p2pnode.ps.worker_gradient import decode_gradient, dense
 from p2pnode.ps.messages import PsPush
-from p2pnode.ps.worker_loop import model_fingerprint
 from p2pnode.wire.codec import payload_limit
-from p2pnode.wire.payload import ModelSpec, NonFiniteError, PayloadError
+from p2pnode.wire.payload import NonFiniteError, PayloadError
 from p2pnode.worker.process import run_spawned
-from p2pnode.worker.public import DeltaPublisher, floating_state
-from p2pnode.worker.training import ShardTrainer
+from p2pnode.worker.public import floating_state
+from p2pnode.worker.trainer_loop import TrainerLoop
 
 log = logging.getLogger("p2pnode.worker")
 
 
-class PsServerWorker:
+class PsServerWorker(TrainerLoop):
     def __init__(self, conn: Connection, cfg: Config, node_id: str) -> None:
-        self.conn = conn
-        self.cfg = cfg
-        self.ckpt_path = Path(cfg.node.state_dir) / checkpoint.CHECKPOINT_NAME
-        self.trainer = ShardTrainer(cfg)  # the model, its optimizer and the test set
-        state = checkpoint.load(self.ckpt_path)
-        version = 0
-        if state is not None:
-            try:
-                self.trainer.load_state_dict(state)
-                version = int(state.get("version", 0))
-            except (RuntimeError, KeyError, TypeError, ValueError) as exc:
-                raise checkpoint.CheckpointError(f"checkpoint {self.ckpt_path} does not fit this model: {exc}") from exc
-        self.resumed = state is not None
+        super().__init__(conn, cfg, node_id)  # the model, its optimizer and the test set, resumed
         model = self.trainer.model
-        self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
-        self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
-                                     secrets.token_hex(6), version, cfg.compression.value_dtype)
         self.params = dict(model.named_parameters())
         self.buffers = {k: v for k, v in floating_state(model).items() if k not in self.params}
-        self.running = True
         self.final_evaluated = self.trainer.done
-
-    def send(self, msg: Message) -> None:
-        send(self.conn, msg)
-
-    def hello(self) -> None:
-        t = self.trainer
-        self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
-                        step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
-                        resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters())))
-
-    def save_checkpoint(self, token: int) -> None:
-        state: dict[str, Any] = self.trainer.state_dict()
-        state["version"] = self.public.version
-        try:
-            checkpoint.save(self.ckpt_path, state)
-            self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path)))
-        except OSError as exc:
-            self.send(Checkpointed(token=token, step=self.trainer.step, path=str(self.ckpt_path), ok=False,
-                                   detail=str(exc)))
 
     @torch.no_grad()
     def _apply(self, changes: dict[str, torch.Tensor | None]) -> None:
@@ -141,30 +89,17 @@ class PsServerWorker:
             self.final_evaluated = True
             self.evaluate(0)
 
-    def evaluate(self, samples: int) -> None:
-        acc, loss, n = self.trainer.evaluate(samples)
-        self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n))
-
-    def handle(self, msg: Message) -> None:
+    def on_message(self, msg: Message) -> None:
         if isinstance(msg, PsPush):
             self.on_push(msg)
         elif isinstance(msg, PeerPayload):  # a peer pushing its model: a server takes gradients only
             self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason="malformed",
                               detail="this node is a parameter server: push gradients to POST /v1/ps/gradient"))
-        elif isinstance(msg, Checkpoint):
-            self.save_checkpoint(msg.token)
-        elif isinstance(msg, Stop):
-            if msg.checkpoint:
-                self.save_checkpoint(msg.token)
-            else:
-                self.send(Checkpointed(token=msg.token, step=self.trainer.step, path="", ok=False,
-                                       detail="not asked for"))
-            self.running = False
 
     def loop(self) -> None:
         while self.running:
             if self.conn.poll(0.5):
-                self.handle(receive(self.conn))
+                self.handle(self.receive())
 
 
 def run(conn: Connection, cfg_dict: dict[str, Any], node_id: str) -> None:

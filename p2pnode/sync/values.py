@@ -9,7 +9,7 @@ runs in the daemon.
   what the synchronous mode's gap to DDP is made of (docs/ALGORITHMS.md, "Synchronous
   PowerSGD"). Blocks rather than one scale a tensor because a factor's columns differ by orders
   of magnitude (the first singular direction carries the most): the worker sends each factor
-  column by column, each column padded to whole blocks (``sync/powersgd.py``), so a block lies
+  column by column, each column padded to whole blocks (``sync/worker_powersgd.py``), so a block lies
   within one column.
 - ``int4``: half a byte a value, in the same blocks (values -7..7 a scale), two a byte: twice
   int8's values again for the bytes, so twice the rank again.

@@ -1,7 +1,7 @@
 """The worker's side of the synchronous mode (``exchange.sync``): the trainer's hook that turns
 a step's gradient into the network's mean, and what a node too late for a round does instead.
 
-Each step's gradient goes through PowerSGD's two phases (``sync/powersgd.py``) and the reducer
+Each step's gradient goes through PowerSGD's two phases (``sync/worker_powersgd.py``) and the reducer
 (``sync/reducer.py``), and every node steps along the same mean. A node whose phase 0 comes
 after its round closed (a straggler: the reducer stops waiting for it, ``sync/lateness.py``) is
 answered with the means of the rounds it missed; it steps along them as every node in them did,
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from p2pnode.sync.messages import SyncResult
-from p2pnode.sync.powersgd import PowerSync
+from p2pnode.sync.worker_powersgd import PowerSync
 from p2pnode.worker.training import ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")

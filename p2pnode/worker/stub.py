@@ -26,27 +26,8 @@ import numpy as np
 
 from p2pnode.checkpoint import write_parts
 from p2pnode.config import Config, merge, parse_shard
-from p2pnode.pipe_protocol import (
-    ADOPT,
-    FETCH_FALLBACK,
-    Applied,
-    Begin,
-    Checkpoint,
-    Checkpointed,
-    Evaluate,
-    Evaluated,
-    Hello,
-    Hold,
-    Message,
-    PeerPayload,
-    Progress,
-    Published,
-    PublishNow,
-    Stop,
-    mean_weight,
-    receive,
-    send,
-)
+from p2pnode.pipe_protocol import ADOPT, FETCH_FALLBACK, Applied, Evaluated, Hello, PeerPayload, Progress, Published
+from p2pnode.pipe_protocol import mean_weight
 from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
@@ -59,7 +40,7 @@ from p2pnode.wire.payload import (
 from p2pnode.wire.codec import encode as encode_payload
 from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap
-from p2pnode.worker.process import run_spawned
+from p2pnode.worker.process import PeerLoop, run_spawned
 from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
 
 log = logging.getLogger("p2pnode.worker")
@@ -87,9 +68,10 @@ def stub_spec(params: int) -> ModelSpec:
     return ModelSpec(f"stub-{params}", [TensorSpec(f"block{i}.weight", (n,)) for i, n in enumerate(sizes)])
 
 
-class StubWorker:
+class StubWorker(PeerLoop):
     def __init__(self, conn: Connection, cfg: Config, node_id: str) -> None:
-        self.conn, self.cfg, self.node_id = conn, cfg, node_id
+        super().__init__(conn)
+        self.cfg, self.node_id = cfg, node_id
         t = cfg.training
         shard, _ = parse_shard(t.shard)
         init, own = np.random.default_rng(t.seed), np.random.default_rng(t.seed * 1000 + shard + 1)
@@ -102,22 +84,20 @@ class StubWorker:
             self.x = {s.name: (init.standard_normal(s.numel) * 0.1).astype(np.float32) for s in SPEC.tensors}
             self.target = {s.name: (common.standard_normal(s.numel) + SPREAD * own.standard_normal(s.numel))
                            .astype(np.float32) for s in SPEC.tensors}
-        else:  # float32 draws: a big model's start in a second or two, not ten
-            self.x = {s.name: init.standard_normal(s.numel, dtype=np.float32) * np.float32(0.1) for s in spec.tensors}
-            self.target = {}
-            for s in spec.tensors:
-                target = common.standard_normal(s.numel, dtype=np.float32)
-                target += np.float32(SPREAD) * own.standard_normal(s.numel, dtype=np.float32)
-                self.target[s.name] = target
+        else:  # a block of draws tiled: a big model's start in a second, not a minute (values repeat)
+            def tiled(gen: np.random.Generator, n: int, scale: float) -> np.ndarray:
+                block = gen.standard_normal(min(n, 1 << 20), dtype=np.float32) * np.float32(scale)
+                return np.resize(block, n)
+
+            self.x = {s.name: tiled(init, s.numel, 0.1) for s in spec.tensors}
+            self.target = {s.name: tiled(common, s.numel, 1.0) + tiled(own, s.numel, SPREAD) for s in spec.tensors}
         #: the windows (per tensor) moved since the last publish: only they can differ from x̂
         self.touched: dict[str, set[int]] = {s.name: set() for s in spec.tensors}
         self.step = self.samples = self.version = 0
         self.ckpt_path = Path(cfg.node.state_dir) / CHECKPOINT_NAME
         self.resumed = self._load()
-        #: training.min_peers: a fresh worker takes no step before the daemon's Begin
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
-        self.published_step = self.step  #: compression.publish_on = "fetch": once a step at most
-        self.limit = -1  #: exchange.max_lead: no step at or beyond this one (-1: none)
+        self.published_step = self.step
         self.xhat = {k: v.copy() for k, v in self.x.items()}
         #: x̂ at version 0, a peer's replica's start when our first fetch named it (wire/genesis.py)
         self.genesis = {k: v.copy() for k, v in self.xhat.items()} if self.version == 0 else None
@@ -125,7 +105,6 @@ class StubWorker:
         self.replicas = ReplicaCache(cfg.exchange.max_replicas)
         x = cfg.exchange
         self.clipper = make_clipper(x.robust, x.clip_factor, x.clip_max, x.clip_refuse)
-        self.running = True
         self.dirty = False
 
     # --- state ------------------------------------------------------------------------------
@@ -146,7 +125,7 @@ class StubWorker:
         self.x, self.step, self.samples, self.version = x, step, samples, version
         return True
 
-    def _save(self) -> None:
+    def write_checkpoint(self) -> None:
         """One msgpack map, streamed: the tensors' bytes go to the file as they are (no copy of
         a big model in memory), atomically (checkpoint.write_parts)."""
         head = msgpack.packb({"step": self.step, "samples": self.samples, "version": self.version},
@@ -168,9 +147,6 @@ class StubWorker:
         return bool(limit) and self.samples >= limit
 
     # --- messages ---------------------------------------------------------------------------
-
-    def send(self, msg: Message) -> None:
-        send(self.conn, msg)
 
     def _payload(self, kind: str, base: int, entries: dict[str, tuple[np.ndarray, np.ndarray]] | None) -> bytes:
         header = self.spec.header(kind, self.node_id, self.epoch, self.version, base_version=base, step=self.step,
@@ -240,33 +216,17 @@ class StubWorker:
         self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch or "",
                           version=replica.version, weight=weight, distance=distance, **applied_clip(clip)))
 
-    def checkpoint(self, token: int) -> None:
-        try:
-            self._save()
-            self.send(Checkpointed(token=token, step=self.step, path=str(self.ckpt_path)))
-        except OSError as exc:
-            self.send(Checkpointed(token=token, step=self.step, path=str(self.ckpt_path), ok=False, detail=str(exc)))
+    def checkpoint_step(self) -> int:
+        return self.step
 
-    def handle(self, msg: Message) -> None:
-        if isinstance(msg, PeerPayload):
-            self.on_peer(msg)
-        elif isinstance(msg, Checkpoint):
-            self.checkpoint(msg.token)
-        elif isinstance(msg, Begin):
-            self.waiting = False
-        elif isinstance(msg, Evaluate):
-            self.evaluate(consensus=msg.consensus)
-        elif isinstance(msg, Hold):
-            self.limit = msg.limit
-        elif isinstance(msg, PublishNow):  # compression.publish_on = "fetch": once a step at most
-            if not self.done and self.step > self.published_step:
-                self.publish()
-        elif isinstance(msg, Stop):
-            if msg.checkpoint:
-                self.checkpoint(msg.token)
-            else:
-                self.send(Checkpointed(token=msg.token, step=self.step, path="", ok=False, detail="not asked for"))
-            self.running = False
+    def finished(self) -> bool:
+        return self.done
+
+    def evaluate_all(self, consensus: bool) -> None:
+        self.evaluate(consensus=consensus)
+
+    def publish_asked(self) -> None:
+        self.publish()
 
     def evaluate(self, consensus: bool = False) -> None:
         loss = self.loss
@@ -292,17 +252,13 @@ class StubWorker:
         if (every and self.step % every == 0) or self.done:
             self.evaluate()
 
-    def held(self) -> bool:
-        """exchange.max_lead: the daemon's Hold says we are too far ahead of our peers."""
-        return 0 <= self.limit <= self.step and not self.done
-
     def loop(self) -> None:
         next_step = time.monotonic()
         last_idle_publish = 0.0
         while self.running:
             # Between steps, take everything that arrives; block only until the next step is due.
             while self.running and self.conn.poll(max(0.0, next_step - time.monotonic())):
-                self.handle(receive(self.conn))
+                self.handle(self.receive())
             if not self.running:
                 break
             next_step = time.monotonic() + STEP_SECONDS

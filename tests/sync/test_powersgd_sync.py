@@ -1,4 +1,4 @@
-"""The worker's side of synchronous PowerSGD (p2pnode/sync/powersgd.py), with the reducer's
+"""The worker's side of synchronous PowerSGD (p2pnode/sync/worker_powersgd.py), with the reducer's
 own averaging between nodes: every node rebuilds the same mean gradient, error feedback
 carries what an approximation left out into the next steps, and a node left out of a mean keeps
 all of its gradient owed."""
@@ -11,7 +11,7 @@ import copy
 import pytest
 import torch
 
-from p2pnode.sync.powersgd import PowerSync
+from p2pnode.sync.worker_powersgd import PowerSync
 from p2pnode.sync.reducer import Reducer
 from p2pnode.sync.values import LEVELS
 

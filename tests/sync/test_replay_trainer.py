@@ -1,7 +1,7 @@
 """A node that missed rounds and steps along them (``ShardTrainer.step_along`` on
 ``PowerSync.rebuild``, what ``AllReduce.replay`` does) holds, to the bit, the model of a node
 that took them: the same learning rate, clipping, momentum and step count; and a slow node
-late for a round's phase 1 (``worker/allreduce.py``) steps along the same mean. Real trainers
+late for a round's phase 1 (``sync/worker_allreduce.py``) steps along the same mean. Real trainers
 on the synthetic data, the real reducer."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch
 from p2pnode.config import Config
 from p2pnode.sync.lateness import WARMUP
 from p2pnode.sync.messages import SyncResult
-from p2pnode.sync.powersgd import PowerSync
+from p2pnode.sync.worker_powersgd import PowerSync
 from p2pnode.sync.reducer import Reducer
-from p2pnode.worker.allreduce import AllReduce
+from p2pnode.sync.worker_allreduce import AllReduce
 from p2pnode.worker.training import ShardTrainer
 
 
