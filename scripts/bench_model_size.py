@@ -267,7 +267,7 @@ def row(rec: dict[str, Any]) -> list[str]:
     cells = [f"{rec['size']} ({rec['params'] / 1e6:.0f}M, {mb:.0f} MB)", rec["link"], str(rec["nodes"]),
              f"{rate * 8 / 1e9:.2f} Gbit/s" if rate else "-"]
     if "exchanges_per_min" not in rec:
-        return cells + [rec.get("failed", "-")] + ["-"] * 9
+        return cells + [rec.get("failed", "-")] + ["-"] * 10
     per_min = [x for x in rec["exchanges_per_min"] if x is not None]
     cells.append(f"{min(per_min):.1f} / {statistics.median(per_min):.1f}" if per_min else "-")
     cells.append(f"{max(rec['longest_gap_s']):.0f} s")
@@ -289,6 +289,9 @@ def row(rec: dict[str, Any]) -> list[str]:
     loads = rec.get("checkpoint_load_s") or []
     cells.append(f"{fmt_s(rec.get('resume_s'))} ({loads[-1]:.2f} s load)" if loads and "resume_s" in rec
                  else fmt_s(rec.get("resume_s")))
+    boots = [b for b in rec.get("bootstrap", [])[1:] if b]
+    states = sorted({str(b.get("state")) for b in boots})
+    cells.append(f"{'/'.join(states) or '-'}, all training {fmt_s(rec.get('others_training_s'))}")
     ar = rec.get("allreduce", {})
     cells.append(f"{statistics.median(ar['seconds']):.2f} s" if ar.get("seconds") else str(ar.get("failed", "-"))[:40])
     del nominal
@@ -299,7 +302,7 @@ HEADER = ["model", "link", "nodes", "raw link rate", "exchanges / node / min (mi
           "longest gap without an exchange", "delta fetch: goodput / raw rate (size)",
           "snapshot fetch: seconds = x size / raw rate", "peak RSS / node = x float32 model",
           "longest loop stall", "suspicions", "checkpoint write (median)", "resume: worker running (load)",
-          "DDP all-reduce (gloo) / round"]
+          "the others' start from node 0 (bootstrap)", "DDP all-reduce (gloo) / round"]
 
 
 def main() -> int:
