@@ -37,7 +37,7 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable
 # the other worker runs the rest: unit tests and daemons that mostly wait on the network. A test
 # of such a module that trains no torch worker (a stub worker, a command that exits) is marked
 # ``beside_clusters`` and runs on either worker.
-TRAINING_CLUSTERS = {"test_tasks_cluster.py", "test_cluster.py", "test_poisoned_peer.py", "test_sync_mode.py",
+TRAINING_CLUSTERS = {"test_big_models.py", "test_tasks_cluster.py", "test_cluster.py", "test_poisoned_peer.py", "test_sync_mode.py",
                      "test_consensus.py", "test_restart_finished.py", "test_ps_mode.py",
                      "test_divergence_daemon.py"}
 

@@ -19,7 +19,8 @@ class FakePeer:
     """An aiohttp server on its own loop and thread: proxies everything to ``backend`` (the
     X-P2P headers included) but answers GET /v1/model as ``attack`` says: "slow-304",
     "slow-503" (after 1.9 s), "redirect" (to a third party whose server it also runs and whose
-    requests ``third_party_hits`` counts) or "tamper" (the real answer with one bit flipped)."""
+    requests ``third_party_hits`` counts), "tamper" (the real answer with one bit flipped) or
+    "trickle" (the real answer, its Content-Length announced, 100 bytes every half second)."""
 
     def __init__(self, attack: str) -> None:
         self.attack = attack
@@ -76,7 +77,21 @@ class FakePeer:
                 data = data[:-1] + bytes([data[-1] ^ 1])  # one bit of the last value
             headers = {k: v for k, v in resp.headers.items() if k.startswith("X-P2P") or k == "Content-Encoding"}
             headers["Content-Type"] = resp.headers.get("Content-Type", "application/octet-stream")
+            if self.attack == "trickle" and request.path == "/v1/model" and resp.status == 200:
+                return await self._trickle(request, data, headers)
             return web.Response(status=resp.status, body=data, headers=headers)
+
+    async def _trickle(self, request: web.Request, data: bytes, headers: dict[str, str]) -> web.StreamResponse:
+        out = web.StreamResponse(status=200, headers=headers)
+        out.content_length = len(data)
+        await out.prepare(request)
+        try:
+            for at in range(0, len(data), 100):
+                await out.write(data[at:at + 100])
+                await asyncio.sleep(0.5)
+        except (ConnectionError, RuntimeError):  # the victim hung up: what it should do
+            pass
+        return out
 
     def start(self) -> FakePeer:
         self.thread.start()

@@ -70,9 +70,10 @@ HELD_POLL = 0.1
 
 def deliver_timeout(nbytes: int) -> float:
     """Seconds our worker may take to answer a payload of ``nbytes``: 30, and a second more
-    for every 20 MB (a big model's payload crosses the pipe, is checked and applied between
-    two of its steps, which are long too)."""
-    return 30.0 + nbytes / 20e6
+    for every 4 MB (a big model's payload crosses the pipe, is checked and applied between two
+    of its steps, which are long too; an adopted model is then published whole: a 400 MB one
+    took the stub worker 50 s on a loaded 2-core machine). Only a stuck worker runs it out."""
+    return 30.0 + nbytes / 4e6
 
 
 class Exchange:

@@ -59,7 +59,7 @@ MEASURE_BYTES = 256 * 1024
 EWMA = 0.3
 #: bytes a second a peer is granted to prepare an answer (copy and encode its model) before the
 #: answer begins: a model's answer may begin later the bigger the model
-PREPARE_RATE = 100e6
+PREPARE_RATE = 50e6
 
 
 @dataclass(frozen=True)
