@@ -126,7 +126,10 @@ def render_status(s: dict[str, Any]) -> str:
         f"last checkpoint at step {_fmt(t['last_checkpoint_step'])}",
         f"exchanges done {ex['done']}  skipped {ex['skipped']}  not modified {ex['not_modified']}  "
         f"rejected {ex['rejected']}",
-        f"bytes     model received {b['model_received']}  model served {b['model_served']}",
+        f"bytes     model received {b['model_received']}  model served {b['model_served']}"
+        + (f"  in all sent {b['sent']}  received {b['received']}"  # a mode's own too (the all-reduce's)
+           if (b.get("sent"), b.get("received")) not in ((None, None), (b['model_served'], b['model_received']))
+           else ""),
     ]
     c = s.get("consensus") or {}
     if t["done"] and "max_distance" in c:  # gossip's consensus finish (docs/ALGORITHMS.md)

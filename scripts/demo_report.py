@@ -13,6 +13,13 @@ import torch
 from benchlib.cluster import checkpoint_accuracies
 
 
+def traffic(b: dict[str, int]) -> tuple[int, int]:
+    """A node's model bytes sent and received, whatever its mode: status's totals (gossip's
+    served and fetched models, the synchronous mode's contributions and means, a parameter
+    server's pushes and pulls); gossip's two alone from a node that predates them."""
+    return b.get("sent", b.get("model_served", 0)), b.get("received", b.get("model_received", 0))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("state_dirs", nargs="+")
@@ -37,7 +44,7 @@ def main() -> int:
     total_bytes = 0
     for name, acc, s in rows:
         t, ex, b = s.get("training", {}), s.get("exchanges", {}), s.get("bytes", {})
-        sent, recv = b.get("model_served", 0), b.get("model_received", 0)
+        sent, recv = traffic(b)
         total_bytes += recv
         accs = "-" if acc is None else f"{100 * acc:7.2f}%"
         secs = t.get("train_seconds")

@@ -5,7 +5,9 @@ through the reducer: every round has all three (but perhaps the first, on a load
 and the three models end equal to the bit (the same seeded start, the same mean gradient every step, no gossip, and the
 models' mean after the last step). The endpoint
 takes contributions only from members, refuses malformed ones with 400, and a phase closes
-after ``sync_timeout`` without the nodes it waited for in vain."""
+after ``sync_timeout`` without the nodes it waited for in vain. The all-reduce's bytes are
+counted where gossip's are: status's ``bytes.sent`` and ``received``, the demo's report and the
+dashboard's bytes in and out."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ from daemon_util import http_request
 from nodes import STUB, wait_for
 
 from benchlib.cluster import finished
+from p2pnode.daemon.cluster import node_row
 from p2pnode.sync.values import encode
+from scripts.demo_report import traffic
 
 SYNC = ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_timeout=0.3"]
 
@@ -189,6 +193,17 @@ def test_three_nodes_take_the_same_steps(cluster) -> None:
     reducer = max(nodes, key=lambda n: n.status()["sync"]["reduced_here"]).status()["sync"]
     assert len(reducer["unlike"]) == 3 and all(0 <= d < 0.2 for d in reducer["unlike"].values()), reducer
     assert reducer["wait_for_slow"] == "always" and reducer["resting_until"] == 0  # never stands down
+    # the all-reduce's traffic, counted where gossip's is: every byte one node sent (a
+    # contribution, a reducer's answer) another took in, and the demo's report and the
+    # dashboard show it (the report printed "sent MB 0.0" for such a run when only gossip's counted)
+    statuses = [n.status() for n in nodes]
+    sent, received = [s["bytes"]["sent"] for s in statuses], [s["bytes"]["received"] for s in statuses]
+    assert all(x > 0 for x in sent + received) and sum(sent) == sum(received), (sent, received)
+    for s in statuses:
+        b = s["bytes"]
+        assert traffic(b) == (b["sent"], b["received"]) and b["sync_sent"] + b["model_served"] == b["sent"]
+        row = node_row(None, s)  # the dashboard's table (and its chart, from the same counters)
+        assert row["bytes_in"] >= b["received"] and row["bytes_out"] >= b["sent"], (row, b)
     for n in nodes:
         n.stop()
     models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]

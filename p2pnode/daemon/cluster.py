@@ -100,8 +100,12 @@ def node_row(member: Member | None, status: dict[str, Any] | None, error: str | 
         "node_id": row["node_id"] or status.get("node_id"), "addr": row["addr"] or status.get("addr"),
         "step": _num(t.get("step")), "samples": _num(t.get("samples")), "loss": _num(t.get("loss")),
         "accuracy": _num(t.get("accuracy")), "exchanges_done": _num(ex.get("done")),
-        "exchanges_skipped": _num(ex.get("skipped")), "bytes_in": _num(b.get("client_received")),
-        "bytes_out": (_num(b.get("client_sent")) or 0) + (_num(b.get("model_served")) or 0),
+        "exchanges_skipped": _num(ex.get("skipped")),
+        # what the HTTP client moved, and what our server answered and took in for the model (a
+        # mode's own routes: the synchronous mode's reducer, a parameter server's pushes)
+        "bytes_in": (_num(b.get("client_received")) or 0) + (_num(b.get("routes_received")) or 0),
+        "bytes_out": ((_num(b.get("client_sent")) or 0) + (_num(b.get("model_served")) or 0)
+                      + (_num(b.get("routes_answered")) or 0)),
         "done": bool(t.get("done")), "worker_alive": bool(t.get("worker_alive")),
         "uptime_s": _num(status.get("uptime_s")),
         "members_alive": sum(1 for m in status.get("members") or []

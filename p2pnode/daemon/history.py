@@ -53,9 +53,11 @@ def _finite(value: Any) -> float | None:
 
 
 def _bytes_in_out(status: dict[str, Any]) -> tuple[int, int]:
-    """Everything this node fetched from peers, and everything it sent to them or served."""
+    """Everything this node fetched from peers or was sent, and everything it sent to them or
+    served (a mode's own routes too: a reducer's contributions and means, pushed gradients)."""
     b = status.get("bytes", {})
-    return int(b.get("client_received", 0)), int(b.get("client_sent", 0)) + int(b.get("model_served", 0))
+    got = int(b.get("client_received", 0)) + int(b.get("routes_received", 0))
+    return got, int(b.get("client_sent", 0)) + int(b.get("model_served", 0)) + int(b.get("routes_answered", 0))
 
 
 class History:

@@ -25,6 +25,22 @@ from p2pnode.net.client import PeerClient
 from p2pnode.pipe_protocol import Message
 
 
+@dataclass(frozen=True)
+class ModeBytes:
+    """The model bytes a mode moved beyond GET /v1/model and the exchange's fetches: status
+    adds them to the node's (``bytes.sent``, ``bytes.received``), so that every mode's traffic
+    is counted where gossip's is (status, the demo's report, the dashboard)."""
+
+    #: everything it sent (a synchronous node's contributions, and a reducer's means; a ps-worker's pushes)
+    sent: int = 0
+    #: everything it took in (a synchronous node's means, a reducer's contributions; pulls, pushes taken)
+    received: int = 0
+    #: of those, what its own routes on our HTTP server took in and answered (the dashboard
+    #: adds these to the HTTP client's counters, which see the rest)
+    routes_received: int = 0
+    routes_answered: int = 0
+
+
 @dataclass
 class NodeParts:
     """The parts a mode builds on, all made by ``Node`` before the mode."""
@@ -76,6 +92,10 @@ class Mode:
 
     def status(self, out: dict[str, Any]) -> None:
         """Add the mode's figures to the node's status (``out``, changed in place)."""
+
+    def bytes_moved(self) -> ModeBytes:
+        """The model bytes this mode moved itself (gossip's are the exchange's and the API's)."""
+        return ModeBytes()
 
     def start(self, secret: bytes | None) -> None:
         """Called once the node listens: the mode's warnings about its settings."""

@@ -30,7 +30,7 @@ from p2pnode.daemon.exchange import Exchange
 from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.mode import Mode, NodeParts
+from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
 from p2pnode.daemon.supervisor import WorkerFailed, WorkerSupervisor
 from p2pnode.membership.base import JoinError, Membership, MemberState
 from p2pnode.membership.simple import SimpleMembership
@@ -164,6 +164,13 @@ class Node:
                       "model_served": self.api.bytes_served if self.api else 0,
                       "client_sent": self.client.bytes_sent, "client_received": self.client.bytes_received},
         }
+        b = out["bytes"]
+        moved = self.mode.bytes_moved() if self.mode is not None else ModeBytes()
+        # every mode's model bytes in one pair, counted where gossip's are: what GET /v1/model
+        # served and the exchange fetched, and what the mode moved itself (the synchronous
+        # mode's contributions and means, a parameter server's pushes and pulls)
+        b["sent"], b["received"] = b["model_served"] + moved.sent, b["model_received"] + moved.received
+        b["routes_received"], b["routes_answered"] = moved.routes_received, moved.routes_answered
         if self.mode is not None:
             self.mode.status(out)
         return out

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from p2pnode.config import Config
 from p2pnode.daemon.http import PostRoutes
-from p2pnode.daemon.mode import Mode, NodeParts
+from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
 from p2pnode.pipe_protocol import Message
 from p2pnode.ps.gradient_route import PATH, PsServer
 from p2pnode.ps.push_pull import PsClient
@@ -46,6 +46,10 @@ class PsServerMode(Mode):
         out["ps"] = self.server.status()
         _done(out, self.parts)
 
+    def bytes_moved(self) -> ModeBytes:  # the gradients pushed to us (the weights: GET /v1/model's)
+        got = self.server.bytes_received
+        return ModeBytes(received=got, routes_received=got)
+
 
 class PsWorkerMode(Mode):
     publishes_on_fetch = False  # it trains on the server's model, not a model of its own
@@ -72,3 +76,7 @@ class PsWorkerMode(Mode):
     def status(self, out: dict[str, Any]) -> None:
         out["ps"] = self.client.status()
         _done(out, self.parts)
+
+    def bytes_moved(self) -> ModeBytes:  # our pushes and the server's weights we pulled
+        t = self.client.totals
+        return ModeBytes(sent=t["bytes_pushed"], received=t["bytes_pulled"])

@@ -93,6 +93,9 @@ class SyncActor:
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
                        "bytes_sent": 0, "bytes_received": 0, "reduced_here": 0, "caught_up": 0,
                        "replayed": 0, "final_count": 0, "stood_down": 0}
+        #: of the totals' bytes, those our POST /v1/sync took in and answered (as a reducer): the
+        #: dashboard adds them to the HTTP client's own counters
+        self.route_bytes = {"received": 0, "answered": 0}
         self._caught_up_at = -CATCH_UP_EVERY
         self.unreachable: dict[str, float] = {}
         #: reducers that stood down (their node is slow): passed over for the rounds before this one
@@ -368,14 +371,16 @@ class SyncActor:
             return error(400, f"contribution refused: {exc}")
         except TimeoutError:
             return error(503, "the phase did not close in time")
+        answer = msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
+                                "behind": out.behind, "data": out.data, "step_down": out.step_down,
+                                "replay": [list(r) for r in out.replay], "pace": out.pace, "new_group": out.new_group},
+                               use_bin_type=True)
+        # the bodies as they cross the wire, as the contributor counts them and as gossip's are
         self.totals["bytes_received"] += len(body)
-        self.totals["bytes_sent"] += len(out.data) + sum(len(m0) + len(m1) for _, m0, m1 in out.replay)
-        return web.Response(body=msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
-                                                "behind": out.behind, "data": out.data, "step_down": out.step_down,
-                                                "replay": [list(r) for r in out.replay], "pace": out.pace,
-                                                "new_group": out.new_group},
-                                               use_bin_type=True),
-                            content_type=MSGPACK)
+        self.totals["bytes_sent"] += len(answer)
+        self.route_bytes["received"] += len(body)
+        self.route_bytes["answered"] += len(answer)
+        return web.Response(body=answer, content_type=MSGPACK)
 
     def status(self) -> dict[str, Any]:
         late, running = self.reducer.late, self._running()

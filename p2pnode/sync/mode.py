@@ -12,7 +12,7 @@ from aiohttp import web
 
 from p2pnode.config import Config
 from p2pnode.daemon.http import PostRoutes
-from p2pnode.daemon.mode import Mode, NodeParts
+from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
 from p2pnode.pipe_protocol import Message
 from p2pnode.sync.actor import SYNC_PATH, SyncActor
 
@@ -51,7 +51,12 @@ class SyncMode(Mode):
     def status(self, out: dict[str, Any]) -> None:
         out["sync"] = self.actor.status()
         out["bytes"]["sync_received"] = self.actor.totals["bytes_received"]
+        out["bytes"]["sync_sent"] = self.actor.totals["bytes_sent"]
         out["consensus"] = {"reached": self.parts.supervisor.clock.done, "sync": self.parts.cfg.exchange.sync}
+
+    def bytes_moved(self) -> ModeBytes:
+        t, routes = self.actor.totals, self.actor.route_bytes
+        return ModeBytes(t["bytes_sent"], t["bytes_received"], routes["received"], routes["answered"])
 
     def start(self, secret: bytes | None) -> None:
         cfg = self.parts.cfg
