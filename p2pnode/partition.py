@@ -28,7 +28,7 @@ KINDS = ("iid", "dirichlet", "classes")
 #: are 0.007-0.011 from the others', Dirichlet 0.5 0.37-0.69, Dirichlet 0.1 0.62-0.97, two
 #: classes a node 0.80-0.93 (docs/ALGORITHMS.md, "Synchronous PowerSGD"). The synchronous mode waits
 #: for a slow node this unlike the rest (sync/lateness.py); the cluster view advises it
-#: (daemon/cluster.py)
+#: (dashboard/cluster.py)
 UNLIKE = 0.2
 
 

@@ -52,7 +52,7 @@ from benchlib.cluster import Cluster
 from benchlib.procs import cpu_seconds, worker_pid
 from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section
 from benchlib.status import get_json, sample_edge, wait_for
-from p2pnode.daemon.history import History  # noqa: E402
+from p2pnode.dashboard.history import History  # noqa: E402
 
 SECTION = "## Dashboard overhead"
 CHROMIUM = os.environ.get("P2PNODE_CHROMIUM", "/usr/bin/chromium")

@@ -19,9 +19,9 @@ from aiohttp import web
 
 from daemon_util import http_request
 from nodes import STUB, NodeProc, wait_for
-from p2pnode.daemon.cluster import ClusterLimits, ClusterView, advice, edge_counters, label_skew, node_row
-from p2pnode.daemon.dashboard import ASSETS, load_assets
-from p2pnode.daemon.history import History
+from p2pnode.dashboard.cluster import ClusterLimits, ClusterView, advice, edge_counters, label_skew, node_row
+from p2pnode.dashboard.routes import ASSETS, load_assets
+from p2pnode.dashboard.history import History
 from p2pnode.membership.base import Member, MemberState
 from p2pnode.net.client import PeerClient
 
@@ -201,7 +201,7 @@ def test_the_page_ships_as_package_data_and_loads_nothing_from_elsewhere() -> No
     assets = load_assets()
     assert set(assets) == set(ASSETS)
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert "static/*" in cfg["tool"]["setuptools"]["package-data"]["p2pnode.daemon"]
+    assert "static/*" in cfg["tool"]["setuptools"]["package-data"]["p2pnode.dashboard"]
     for name, body in assets.items():
         text = body.decode()
         assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(

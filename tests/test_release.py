@@ -36,7 +36,7 @@ def test_wheel_carries_operator_files_and_one_version(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for need in ("p2pnode/_dist/systemd/p2pnode.service", "p2pnode/_dist/conf/node.toml",
                  "p2pnode/_dist/doc/OPERATIONS.md", "p2pnode/_dist/doc/README.md", "p2pnode/_dist/doc/LICENSE",
-                 "p2pnode/_dist/doc/CHANGELOG.md", "p2pnode/install.py", "p2pnode/daemon/static/index.html"):
+                 "p2pnode/_dist/doc/CHANGELOG.md", "p2pnode/install.py", "p2pnode/dashboard/static/index.html"):
         assert need in names, need
     assert not [n for n in names if n.startswith("benchlib/")], "benchlib is the benchmarks' library, not the package's"
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)

@@ -24,7 +24,7 @@ from daemon_util import http_request
 from nodes import STUB, wait_for
 
 from benchlib.cluster import finished
-from p2pnode.daemon.cluster import node_row
+from p2pnode.dashboard.cluster import node_row
 from p2pnode.sync.values import encode
 from scripts.demo_report import traffic
 

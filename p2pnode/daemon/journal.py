@@ -3,7 +3,7 @@
 Every ``logging.history_interval`` seconds the daemon appends one line to
 ``STATE_DIR/history.jsonl``: time, step, samples, loss, step size, test accuracy and loss (with
 the step they were measured at), non-finite losses, worker restarts, exchanges and model bytes,
-live members. The dashboard's history (daemon/history.py) holds the last 10 minutes in memory;
+live members. The dashboard's history (dashboard/history.py) holds the last 10 minutes in memory;
 this keeps the whole run across restarts, for reports and post-mortems. Bounded: when the file
 passes ``logging.history_max_bytes`` it becomes ``history.jsonl.1`` (replacing the previous
 one) and a new file starts, so the two never hold more than twice the bound. A line is written

@@ -3,7 +3,7 @@
 Routes added to the node's app by ``install`` (the one call ``Node.run`` makes):
 
 - ``GET /``: the page; ``GET /static/NAME``: its script, style sheet and icon. All of it is
-  package data (``p2pnode/daemon/static/``), written in this project with no library: plain
+  package data (``p2pnode/dashboard/static/``), written in this project with no library: plain
   JavaScript drawing SVG. Nothing is fetched from anywhere but this node (the page's
   Content-Security-Policy says ``'self'`` only).
 - ``GET /v1/history?since=SEQ``: this node's charts (``history.History``, sampled once a second).
@@ -36,8 +36,8 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from p2pnode.config import Config
-from p2pnode.daemon.cluster import ClusterLimits, ClusterView, advise
-from p2pnode.daemon.history import History
+from p2pnode.dashboard.cluster import ClusterLimits, ClusterView, advise
+from p2pnode.dashboard.history import History
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.membership.base import Membership
 from p2pnode.net.auth import HEADER_SIG
@@ -94,7 +94,7 @@ def read_token(cfg: Config) -> bytes | None:
 
 def load_assets() -> dict[str, bytes]:
     """The page's files from package data; a missing one is logged (the page then answers 500)."""
-    folder = resources.files("p2pnode.daemon").joinpath("static")
+    folder = resources.files("p2pnode.dashboard").joinpath("static")
     out: dict[str, bytes] = {}
     for name in ASSETS:
         try:
