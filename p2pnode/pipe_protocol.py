@@ -16,6 +16,8 @@ from typing import Any, ClassVar, Final, Literal
 
 import msgpack
 
+from p2pnode.wire.msgview import big_buffer
+
 #: How the worker takes a peer's model (``PeerPayload.mode``): "average" weighs it in by the
 #: configured rule (``exchange.averaging``); "adopt" replaces ours with it (a fresh node's
 #: bootstrap from its first peer).
@@ -162,7 +164,7 @@ class PeerPayload(Message):
     kind: ClassVar[str] = "peer-payload"
     token: int
     peer: str
-    data: bytes | bytearray  #: a bytearray as received: read in one piece from the pipe
+    data: bytes | bytearray | memoryview  #: a memoryview when big: read in one piece from the pipe
     mode: PeerMode = "average"
     #: its place among this round's payloads (exchange.peers_per_round): the n-th is averaged in
     #: with weight 1/(n+1) under the "mean" rule, so a round of k peers ends at the plain mean
@@ -272,8 +274,9 @@ def send(conn: Connection, msg: Message) -> None:
 
 
 def receive(conn: Connection) -> Message:
-    """The next message from ``conn`` (blocking), its big fields read into one bytearray each;
-    ValueError for anything that is not one of ours (EOFError, OSError: the pipe is closed)."""
+    """The next message from ``conn`` (blocking), its big fields read into one buffer each (a
+    memoryview of ``big_buffer``); ValueError for anything that is not one of ours (EOFError,
+    OSError: the pipe is closed)."""
     data = conn.recv_bytes()
     body = _unpack(data)
     trailers = body.pop(TRAILERS, None)
@@ -283,7 +286,7 @@ def receive(conn: Connection) -> Message:
                 for t in trailers):
             raise ValueError("bad trailers in a pipe message")
         for name, size in trailers:
-            buf = bytearray(size)
+            buf = big_buffer(size)
             at = 0
             while at < size:
                 at += conn.recv_bytes_into(buf, at)

@@ -45,6 +45,7 @@ from p2pnode.membership.base import Member
 from p2pnode.net.client import PeerClient, PeerError
 from p2pnode.net.deadline import Transfer
 from p2pnode.wire.codec import decode
+from p2pnode.wire.msgview import Body
 from p2pnode.wire.payload import PayloadError, Snapshot
 
 log = logging.getLogger("p2pnode.bootstrap")
@@ -66,7 +67,7 @@ class Offer:
     """One peer's answer to the vote: its snapshot's bytes and values, or why it has no say."""
 
     peer: Member
-    body: bytes | bytearray = b""
+    body: Body = b""
     values: Values | None = None  #: one flat float32 array per tensor (views of ``body``)
     error: str = ""
     latency: float = 0.0  #: seconds the fetch took
@@ -107,7 +108,7 @@ def distance(a: Values, b: Values) -> float:
     return gap / smaller if smaller > 0 else (0.0 if gap == 0 else math.inf)
 
 
-def flat_snapshot(body: bytes | bytearray, max_bytes: int) -> list[np.ndarray]:
+def flat_snapshot(body: Body, max_bytes: int) -> list[np.ndarray]:
     """The values of a snapshot payload, one flat float32 array per tensor (views of ``body``,
     no copy); PayloadError for anything else, non-finite included."""
     payload = decode(body, max_bytes=max_bytes)
@@ -154,8 +155,8 @@ async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, m
     async def one(peer: Member) -> Offer:
         started = time.monotonic()
         try:
-            resp = await client.request("GET", peer.addr, f"/v1/model?from={node_id}", timeout=transfer.first_byte(model_bytes),
-                                        max_body=max_bytes, transfer=transfer)
+            resp = await client.fetch(peer.addr, f"/v1/model?from={node_id}", transfer.first_byte(model_bytes),
+                                      transfer, max_bytes, gzip=False)
         except PeerError as exc:
             return Offer(peer, error=str(exc))
         latency = time.monotonic() - started

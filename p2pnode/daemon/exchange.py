@@ -60,6 +60,7 @@ from p2pnode.net.client import DEFAULT_MAX_BODY, PeerClient, PeerError, PeerTime
 from p2pnode.net.deadline import SlowAnswers, Transfer, update_rate
 from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP, OUTLIER
 from p2pnode.wire.codec import payload_limit
+from p2pnode.wire.msgview import Body
 from p2pnode.wire.payload import ModelSpec
 
 log = logging.getLogger("p2pnode.exchange")
@@ -251,8 +252,8 @@ class Exchange:
         started = time.monotonic()
         try:
             transfer = self.transfer(rec)
-            resp = await self.client.request("GET", peer.addr, query, timeout=transfer.first_byte(self.model_bytes()),
-                                             gzip=True, max_body=self.max_body(), transfer=transfer)
+            resp = await self.client.fetch(peer.addr, query, transfer.first_byte(self.model_bytes()), transfer,
+                                           self.max_body())
         except PeerError as exc:
             if isinstance(exc, PeerTimeout):
                 rec.rate /= 2  # a slower peer than measured: its next deadline is longer, its cut-off lower
@@ -338,7 +339,7 @@ class Exchange:
             log.warning("bootstrap: no model taken after %d votes; starting from this node's own", boot.votes)
             boot.settle("own")
 
-    async def _take(self, peer: Member, rec: PeerRecord, body: bytes | bytearray, adopt: bool = False, nth: int = 1,
+    async def _take(self, peer: Member, rec: PeerRecord, body: Body, adopt: bool = False, nth: int = 1,
                     genesis: bool = False, wire: int | None = None) -> bool:
         """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome;
         ``genesis``: an answer to a first fetch that named our genesis (the worker may start the

@@ -29,6 +29,7 @@ from p2pnode.pipe_protocol import (
     receive,
     send,
 )
+from p2pnode.wire.msgview import Body
 
 log = logging.getLogger("p2pnode.pipe")
 
@@ -159,7 +160,7 @@ class WorkerPipe:
             elif not fut.cancelled():
                 fut.exception()  # failed while we were still sending: already reported by send
 
-    async def deliver(self, peer: str, data: bytes | bytearray, mode: PeerMode = AVERAGE, timeout: float = 30.0,
+    async def deliver(self, peer: str, data: Body, mode: PeerMode = AVERAGE, timeout: float = 30.0,
                       nth: int = 1, genesis: bool = False) -> Applied:
         """Hand a peer's payload to the worker (``nth``: its place among its round's payloads;
         ``genesis``: an answer to a fetch that named our version 0); its answer says whether it

@@ -23,6 +23,7 @@ import msgpack
 from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign, sign_response
 from p2pnode.net.deadline import STALL_WINDOW, Transfer
 from p2pnode.net.encoding import gunzip, with_gzip_marker
+from p2pnode.wire.msgview import Body, big_buffer
 
 MSGPACK = "application/msgpack"
 
@@ -38,9 +39,20 @@ class PeerTimeout(PeerError):
 @dataclass
 class Response:
     status: int
-    body: bytes | bytearray  # inflated, where it came as gzip; read into one buffer
+    body: bytes  # inflated, where it came as gzip
     headers: dict[str, str]
     wire_bytes: int = 0  # the body's length as it came: what the network carried
+
+
+@dataclass
+class ModelAnswer:
+    """A model fetch's answer (:meth:`PeerClient.fetch`): its body read into one buffer (a
+    memoryview when big, never zeroed first), and how long the body took."""
+
+    status: int
+    body: Body
+    headers: dict[str, str]
+    wire_bytes: int = 0
     body_seconds: float = 0.0  # from the answer's headers to its last byte
 
 
@@ -85,13 +97,22 @@ class PeerClient:
             self._session = None
 
     async def request(self, method: str, addr: str, path_qs: str, body: bytes = b"", timeout: float = 1.0,
-                      content_type: str = MSGPACK, gzip: bool = False, max_body: int | None = None,
-                      transfer: Transfer | None = None) -> Response:
+                      content_type: str = MSGPACK, gzip: bool = False, max_body: int | None = None) -> Response:
         """Send one request; raise PeerError on any failure, timeout included. ``gzip``: a gzip
         answer is welcome (and inflated); without it none is asked for and one is refused.
-        ``max_body``: the largest answer taken (the client's default otherwise). ``timeout``
-        bounds the whole call, or with ``transfer`` (a model's fetch) the wait for the answer to
-        begin, its body then getting ``transfer``'s deadline from its size."""
+        ``max_body``: the largest answer taken (the client's default otherwise); ``timeout``
+        bounds the whole call."""
+        a = await self._call(method, addr, path_qs, body, timeout, content_type, gzip, max_body, None)
+        return Response(a.status, a.body if isinstance(a.body, bytes) else bytes(a.body), a.headers, a.wire_bytes)
+
+    async def fetch(self, addr: str, path_qs: str, first_byte: float, transfer: Transfer, max_body: int,
+                    gzip: bool = True) -> ModelAnswer:
+        """GET a model: its answer must begin within ``first_byte`` seconds, its body then has
+        ``transfer``'s deadline from its size and is cut off below ``transfer``'s rate."""
+        return await self._call("GET", addr, path_qs, b"", first_byte, MSGPACK, gzip, max_body, transfer)
+
+    async def _call(self, method: str, addr: str, path_qs: str, body: bytes, timeout: float, content_type: str,
+                    gzip: bool, max_body: int | None, transfer: Transfer | None) -> ModelAnswer:
         self.open()
         assert self._session is not None
         limit = self._max_body if max_body is None else max_body
@@ -133,7 +154,7 @@ class PeerClient:
                                 else await asyncio.to_thread(gunzip, data, limit))
                     elif coding != "identity":
                         raise PeerError(f"{addr}{path_qs}: answer in an encoding not asked for ({coding[:40]!r})")
-                    return Response(resp.status, data, dict(resp.headers), wire, took)
+                    return ModelAnswer(resp.status, data, dict(resp.headers), wire, took)
         except TooSlow as exc:
             raise PeerTimeout(f"{addr}: {exc}") from exc
         except TimeoutError as exc:
@@ -160,17 +181,14 @@ class TooSlow(TimeoutError):
     """A body coming slower than its transfer's cut-off rate (a peer trickling bytes)."""
 
 
-def _zeroed(n: int | None) -> bytearray:
-    return bytearray(n or 0)
-
-
 async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | None, limit: int,
-                     transfer: Transfer | None) -> bytes | bytearray:
+                     transfer: Transfer | None) -> bytes | bytearray | memoryview:
     """The body, read into one buffer (of the declared length when there is one: never a list
     of chunks joined at the end, which held a model twice). With ``transfer``, a body slower
     than its cut-off rate over any STALL_WINDOW is cut off (TooSlow)."""
-    # a model-sized buffer is zeroed in a thread: calloc and its page faults held the loop
-    buf = bytearray(declared or 0) if (declared or 0) <= INLINE_BYTES else await asyncio.to_thread(_zeroed, declared)
+    # a model-sized buffer is not zeroed first (bytearray's zeroing held the GIL: the loop stalled)
+    big = transfer is not None and (declared or 0) > INLINE_BYTES
+    buf: bytearray | memoryview = big_buffer(declared or 0) if big else bytearray(declared or 0)
     view = memoryview(buf) if declared else None
     got = 0
     loop = asyncio.get_running_loop()
@@ -195,6 +213,7 @@ async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | No
         else:
             if got + n > limit:
                 raise PeerError(f"{addr}: body over the limit of {limit} bytes")
+            assert isinstance(buf, bytearray)
             buf += chunk
         got += n
         now = loop.time()
@@ -210,7 +229,8 @@ async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | No
     return buf
 
 
-async def _verified(secret: bytes, request_sig: str, resp: aiohttp.ClientResponse, data: bytes | bytearray) -> bool:
+async def _verified(secret: bytes, request_sig: str, resp: aiohttp.ClientResponse,
+                    data: bytes | bytearray | memoryview) -> bool:
     """Whether the answer's signature matches (its body hashed in a thread when long)."""
     sig = resp.headers.get(HEADER_RESPONSE_SIG)
     if not sig:

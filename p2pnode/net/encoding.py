@@ -66,7 +66,7 @@ def gzip_if_smaller(body: bytes | bytearray) -> bytes | None:
     return packed if len(packed) < len(body) else None
 
 
-def gunzip(data: bytes | bytearray, limit: int) -> bytes:
+def gunzip(data: bytes | bytearray | memoryview, limit: int) -> bytes:
     """A gzip body inflated; ValueError if it is not exactly one gzip member, or would inflate
     past ``limit`` bytes (a small body may not make us hold a huge one)."""
     inflater = zlib.decompressobj(wbits=31)

@@ -196,7 +196,7 @@ class ReplicaCache:
             self._replicas.move_to_end(node_id)
         return r
 
-    def apply(self, node_id: str, data: bytes | bytearray, expect: ModelSpec,
+    def apply(self, node_id: str, data: bytes | bytearray | memoryview, expect: ModelSpec,
               max_bytes: int = DEFAULT_MAX_BYTES, genesis: Mapping[str, np.ndarray] | None = None) -> Replica:
         """Decode ``data`` from peer ``node_id`` and apply it; on any error (PayloadError and
         subclasses) the cache is unchanged. ``data`` may be a chain (``?chain=1``): deltas back
