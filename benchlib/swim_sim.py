@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from p2pnode.membership.base import MemberState
 from p2pnode.config.swim import SwimConfig
 from p2pnode.membership.swim.messages import MessageError
-from p2pnode.membership.swim.node import SwimMembership
+from p2pnode.membership.swim.membership import SwimMembership
 from p2pnode.membership.swim.transport import Transport, TransportError
 
 T = TypeVar("T")

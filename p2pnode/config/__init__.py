@@ -6,7 +6,9 @@ checks follow for what depends on several keys. Validation is strict: an unknown
 value raises ``ConfigError`` with one line saying which key and why; the CLI prints it and exits
 with code 2. None of it imports torch (the daemon process never loads it).
 
-- ``base.py``: ``ConfigError``, ``parse_hostport``, ``parse_shard``
+- ``grammar.py``: ``ConfigError``, and the grammars of string values (``parse_hostport``,
+  ``parse_shard``, node ids, task names)
+- ``swim.py``: ``SwimConfig``, the membership's SWIM profiles and bounds (the schema reads them)
 - ``schema.py``: the tables, their types and defaults (conf/node.toml shows the same)
 - ``load.py``: TOML, ``--set`` and merging, decoded by msgspec; its messages made one line
 - ``checks.py``: ``validate``: names against their tables, grammars, rules between keys
@@ -14,7 +16,7 @@ with code 2. None of it imports torch (the daemon process never loads it).
 
 from __future__ import annotations
 
-from p2pnode.config.base import MAX_SECONDS, ConfigError, parse_hostport, parse_shard
+from p2pnode.config.grammar import MAX_SECONDS, ConfigError, parse_hostport, parse_shard
 from p2pnode.config.checks import fill, validate
 from p2pnode.config.load import coerce, decode, load_file, merge, set_option
 from p2pnode.config.schema import (

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from p2pnode.config.base import ConfigError, node_id_error, parse_hostport, parse_shard, task_name_error
+from p2pnode.config.grammar import ConfigError, node_id_error, parse_hostport, parse_shard, task_name_error
 from p2pnode.config.load import decode, merge
 from p2pnode.config.schema import Config
 from p2pnode.config.swim import SwimConfig

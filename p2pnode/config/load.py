@@ -20,7 +20,7 @@ from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 import msgspec
 
-from p2pnode.config.base import I64_MAX, MAX_SECONDS, ConfigError
+from p2pnode.config.grammar import I64_MAX, MAX_SECONDS, ConfigError
 from p2pnode.config.schema import Config, Table
 
 #: what msgspec calls a type, as the message says it

@@ -3,7 +3,7 @@
 Types carry what a single value must be, and msgspec checks it when a table is decoded
 (p2pnode/config/load.py): choices are ``Literal``; numbers carry their bounds
 (``msgspec.Meta``): counts are positive 64-bit integers, rates and factors non-negative,
-timeouts and intervals at most a day (:data:`~p2pnode.config.base.MAX_SECONDS`). Every float
+timeouts and intervals at most a day (:data:`~p2pnode.config.grammar.MAX_SECONDS`). Every float
 must be finite as well, which msgspec has no constraint for: the loader checks it. What depends
 on several keys, or on a table of names kept elsewhere (models, compressors, tasks), is in
 p2pnode/config/checks.py. conf/node.toml shows these defaults, and a test keeps them equal.
@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import msgspec
 
-from p2pnode.config.base import I64_MAX, MAX_SECONDS
+from p2pnode.config.grammar import I64_MAX, MAX_SECONDS
 from p2pnode.config.swim import SwimConfig
 
 #: an integer > 0 (sizes, counts, periods in steps)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from p2pnode.checkpoint import set_aside, write_atomic
 from p2pnode.membership.base import MAX_INCARNATION
-from p2pnode.config.base import node_id_error
+from p2pnode.config.grammar import node_id_error
 from p2pnode.membership.swim.messages import MessageError, check_addr
 
 IDENTITY_FILE = "identity.json"

@@ -5,7 +5,7 @@ format. ``SwimMembership`` is the actor the daemon runs; ``SwimConfig`` its sett
 """
 
 from p2pnode.config.swim import SwimConfig
-from p2pnode.membership.swim.node import SwimMembership
+from p2pnode.membership.swim.membership import SwimMembership
 from p2pnode.membership.swim.transport import HttpTransport, Transport, TransportError
 
 __all__ = ["HttpTransport", "SwimConfig", "SwimMembership", "Transport", "TransportError"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from p2pnode.config.base import MAX_ID
+from p2pnode.config.grammar import MAX_ID
 from p2pnode.membership.base import MemberState
 
 VERSION = 1

@@ -17,7 +17,7 @@ the round-robin, not gossiped, not saved in members.json.
   sender id), one per address (a host:port is one node, so a thousand ids claimed at one
   address cost one probe);
 * an address whose probe failed is not probed again for ``verify_retry_after`` seconds;
-* the probe loop (swim/node.py) starts at most ``verify_rate`` probes a second with at most
+* the probe loop (swim/membership.py) starts at most ``verify_rate`` probes a second with at most
   ``verify_in_flight`` outstanding, so a flood of claims turns into a trickle of small pings,
   and a ghost that never answers is forgotten within seconds.
 """
