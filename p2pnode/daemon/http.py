@@ -124,7 +124,7 @@ class HttpApi:
         #: model payload bytes this node has served (status shows it; metrics count it too)
         self.bytes_served = 0
         #: the last body gzipped for an answer and its gzip (None: not smaller): GET /v1/model
-        self._gzipped: tuple[bytes | bytearray | None, bytes | None] = (None, None)
+        self._gzipped: tuple[bytes | bytearray | memoryview | None, bytes | None] = (None, None)
         self.rate_buckets: TokenBuckets | None = None  # set by build_app
         self.body_budget: BodyBudget | None = None
         #: full snapshots cost a whole model each: their own, smaller rate per client IP
@@ -252,7 +252,7 @@ class HttpApi:
             return PartsResponse([body], lambda: sha256_of([body]), headers=headers, content_type=MSGPACK)
         return web.Response(body=body, content_type=MSGPACK, headers=headers)
 
-    async def gzipped(self, body: bytes | bytearray) -> bytes | None:
+    async def gzipped(self, body: bytes | bytearray | memoryview) -> bytes | None:
         """``body`` in gzip where that is smaller (net/encoding.py); the last one is kept, since
         the newest delta is what most fetches get. Bodies over 64 KiB are packed off the loop."""
         if self._gzipped[0] is body:

@@ -56,7 +56,7 @@ def wants_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def gzip_if_smaller(body: bytes | bytearray) -> bytes | None:
+def gzip_if_smaller(body: bytes | bytearray | memoryview) -> bytes | None:
     """``body`` as one gzip member (no name, no time: the same bytes for the same body), or None
     where it is over MAX_BYTES, or
     where that would not be smaller."""

@@ -15,6 +15,7 @@ per-element work is vectorised numpy; there is no Python loop over elements.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Mapping
 
 import lz4.block
@@ -37,7 +38,7 @@ from p2pnode.wire.payload import (
     TensorSpec,
     mismatch,
 )
-from p2pnode.wire.msgview import Malformed, unpack, unpack_from
+from p2pnode.wire.msgview import Malformed, big_buffer, unpack, unpack_from
 from p2pnode.wire.rounding import INT8_EXPONENTS, int8_exponent
 
 #: indices are < numel, so with this bound a uint32 always holds an index, and the uint64
@@ -82,7 +83,7 @@ def payload_limit(spec: ModelSpec, override: int = 0) -> int:
 # ---------------------------------------------------------------------------------- encode
 
 
-def _int8_entry(name: str, values: Any, count: int) -> tuple[bytes, int]:
+def _int8_entry(name: str, values: Any, count: int) -> tuple[np.ndarray, int]:
     a = np.asarray(values, dtype=np.float32).reshape(-1)
     if a.size != count:
         raise ValueError(f"{name}: {a.size} values, expected {count}")
@@ -93,7 +94,7 @@ def _int8_entry(name: str, values: Any, count: int) -> tuple[bytes, int]:
     k = np.ldexp(a, -e)
     if not INT8_EXPONENTS[0] <= e <= INT8_EXPONENTS[1] or (k != np.rint(k)).any():
         raise ValueError(f"{name}: values not rounded for int8 (round_int8 first)")
-    return k.astype(np.int8).tobytes(), e
+    return k.astype(np.int8), e
 
 
 #: elements checked at once for NaN and infinity (a whole big tensor's boolean mask is a
@@ -119,10 +120,6 @@ def _values_array(name: str, values: Any, count: int, vdt: np.dtype) -> np.ndarr
     if vdt.itemsize < 4 and not all_finite(w):
         raise ValueError(f"{name}: values overflow {vdt.name}")
     return w
-
-
-def _values_bytes(name: str, values: Any, count: int, vdt: np.dtype) -> bytes:
-    return _values_array(name, values, count, vdt).tobytes()
 
 
 def _bin_header(n: int) -> bytes:
@@ -180,13 +177,13 @@ def _gaps(name: str, idx: Any, numel: int) -> np.ndarray | None:
     return gaps
 
 
-def _gap_code(gaps: np.ndarray) -> tuple[int, int, bytes]:
+def _gap_code(gaps: np.ndarray) -> tuple[int, int, bytes | np.ndarray]:
     """(width, lz4 or not, bytes): the gaps in the narrowest width, lz4 if smaller."""
     top = int(gaps.max())
     width = 1 if top < 1 << 8 else 2 if top < 1 << 16 else 4
-    raw = gaps.astype(INDEX_WIDTHS[width]).tobytes()
+    raw = gaps.astype(INDEX_WIDTHS[width])
     packed = lz4.block.compress(raw, store_size=False)
-    return (width, 1, packed) if len(packed) < len(raw) else (width, 0, raw)
+    return (width, 1, packed) if len(packed) < raw.nbytes else (width, 0, raw)
 
 
 def _one_byte_gaps(gaps: np.ndarray, extra: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,7 +216,7 @@ def _index_entry(name: str, t: int, idx: Any, values: Any, numel: int, value_byt
         if int(extra.sum()) * (1 + value_bytes) < gaps.size * (width - 1):  # it can pay: try it
             filled, at = _one_byte_gaps(gaps, extra)
             fz, fcoded = _gap_code(filled)[1:]
-            if len(fcoded) + filled.size * value_bytes < len(coded) + gaps.size * value_bytes:
+            if _nbytes(fcoded) + filled.size * value_bytes < _nbytes(coded) + gaps.size * value_bytes:
                 full = np.zeros(filled.size, np.float32)
                 full[at] = vals
                 gaps, vals, width, z, coded = filled, full, 1, fz, fcoded
@@ -230,48 +227,102 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
     """Encode a payload; ``value_dtype="float16"`` halves value bytes (lossy: whoever keeps
     x̂ must apply the *decoded* values, so that sender and receivers stay bit-equal).
     Raises ``ValueError`` on an inconsistent payload (never emits what decode would refuse)."""
+    if isinstance(payload, Snapshot):
+        return join(encode_parts(payload, value_dtype))  # one copy of the values, not two
+    return join(_encode_delta_parts(payload, value_dtype))
+
+
+def _encode_delta_parts(payload: Delta, value_dtype: str) -> list[bytes | memoryview]:
     h = payload.header
     if value_dtype not in VALUE_DTYPES:
         raise ValueError(f"unknown value dtype {value_dtype!r}")
-    kind = "snapshot" if isinstance(payload, Snapshot) else "delta"
-    if kind == "snapshot" and value_dtype == "int8":
-        value_dtype = "float32"  # a snapshot is x_hat itself: exact (int8 is for deltas only)
     vdt = VALUE_DTYPES[value_dtype]
     if math.isinf(h.loss):
         raise ValueError("infinite loss")
-    if h.kind != kind:
-        raise ValueError(f"header kind {h.kind!r} on a {kind}")
+    if h.kind != "delta":
+        raise ValueError(f"header kind {h.kind!r} on a delta")
     obj: dict[str, Any] = {
-        "fmt": FORMAT_VERSION, "kind": kind, "fp": h.fingerprint, "node": h.node_id,
+        "fmt": FORMAT_VERSION, "kind": "delta", "fp": h.fingerprint, "node": h.node_id,
         "epoch": h.epoch, "base": int(h.base_version), "ver": int(h.version),
         "step": int(h.step), "loss": float(h.loss), "vdt": value_dtype,
         "specs": [[s.name, list(s.shape), s.dtype] for s in h.specs],
     }
-    if isinstance(payload, Snapshot):
-        return b"".join(encode_parts(payload, value_dtype))  # one copy of the values, not two
+    if h.op not in DELTA_OPS:
+        raise ValueError(f"unknown delta op {h.op!r}")
+    obj["op"] = h.op
+    unknown = set(payload.entries) - {s.name for s in h.specs}
+    if unknown:
+        raise ValueError(f"delta entries for unknown tensors: {sorted(unknown)[:3]}")
+    data = []
+    value_bytes = 1 if value_dtype == "int8" else vdt.itemsize
+    for t, s in enumerate(h.specs):
+        if s.name not in payload.entries:
+            continue
+        idx, vals = payload.entries[s.name]
+        entry, vals = _index_entry(s.name, t, idx, vals, s.numel, value_bytes, h.op == "add")
+        if entry is None:
+            continue
+        if value_dtype == "int8":
+            entry["v"], entry["e"] = _int8_entry(s.name, vals, entry["n"])
+        else:
+            entry["v"] = _values_array(s.name, vals, entry["n"], vdt)
+        data.append(entry)
+    obj["data"] = data
+    return _pack(obj)
+
+
+def _nbytes(b: bytes | np.ndarray) -> int:
+    return b.nbytes if isinstance(b, np.ndarray) else len(b)
+
+
+def _pack(obj: Any, parts: list[bytes | memoryview] | None = None) -> list[bytes | memoryview]:
+    """``obj`` as msgpack, in parts: what ``msgpack.packb`` writes, byte for byte, except that an
+    array's values are a view of it, not a copy (packb copies every bin holding the GIL: a
+    400 MB delta held a daemon's event loop for seconds)."""
+    parts = [] if parts is None else parts
+    if isinstance(obj, dict):
+        parts.append(msgpack.Packer().pack_map_header(len(obj)))
+        for k, v in obj.items():
+            parts.append(msgpack.packb(k))
+            _pack(v, parts)
+    elif isinstance(obj, list):
+        parts.append(msgpack.Packer().pack_array_header(len(obj)))
+        for v in obj:
+            _pack(v, parts)
+    elif isinstance(obj, np.ndarray):
+        view = np.ascontiguousarray(obj).data.cast("B")
+        parts += [_bin_header(view.nbytes), view]
     else:
-        if h.op not in DELTA_OPS:
-            raise ValueError(f"unknown delta op {h.op!r}")
-        obj["op"] = h.op
-        unknown = set(payload.entries) - {s.name for s in h.specs}
-        if unknown:
-            raise ValueError(f"delta entries for unknown tensors: {sorted(unknown)[:3]}")
-        data = []
-        value_bytes = 1 if value_dtype == "int8" else vdt.itemsize
-        for t, s in enumerate(h.specs):
-            if s.name not in payload.entries:
-                continue
-            idx, vals = payload.entries[s.name]
-            entry, vals = _index_entry(s.name, t, idx, vals, s.numel, value_bytes, h.op == "add")
-            if entry is None:
-                continue
-            if value_dtype == "int8":
-                entry["v"], entry["e"] = _int8_entry(s.name, vals, entry["n"])
-            else:
-                entry["v"] = _values_bytes(s.name, vals, entry["n"], vdt)
-            data.append(entry)
-        obj["data"] = data
-    return msgpack.packb(obj, use_bin_type=True)
+        parts.append(msgpack.packb(obj, use_bin_type=True))
+    return parts
+
+
+def join(parts: list[bytes | memoryview]) -> bytes:
+    """The parts as one ``bytes`` (one copy)."""
+    return b"".join(parts)
+
+
+def join_body(parts: Sequence[bytes | bytearray | memoryview]) -> bytes | memoryview:
+    """The parts as one buffer, copied by numpy (which lets go of the GIL) into a buffer that is
+    not zeroed first, when they are big: what a daemon thread encodes with, beside its event loop."""
+    total = sum(memoryview(p).nbytes for p in parts)
+    if total <= 1 << 20:
+        return b"".join(parts)
+    out = big_buffer(total)
+    dst = np.frombuffer(out, np.uint8)
+    at = 0
+    for p in parts:
+        src = np.frombuffer(p, np.uint8)
+        dst[at:at + src.size] = src
+        at += src.size
+    return out
+
+
+def encode_body(payload: Payload, value_dtype: str = "float32") -> bytes | memoryview:
+    """:func:`encode`'s bytes, joined without holding the GIL for long (``join_body``)."""
+    if isinstance(payload, Snapshot):
+        return join_body(encode_parts(payload, value_dtype))
+    return join_body(_encode_delta_parts(payload, value_dtype))
 
 
 # ---------------------------------------------------------------------------------- decode

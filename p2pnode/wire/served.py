@@ -39,9 +39,10 @@ from itertools import islice
 
 import numpy as np
 
-from p2pnode.wire.codec import MAX_CHAIN, decode, encode, encode_parts
+from p2pnode.wire.codec import MAX_CHAIN, decode, encode, encode_body, encode_parts, join_body
 from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.genesis import digest
+from p2pnode.wire.msgview import Body
 
 MiB = 1024 * 1024
 
@@ -83,13 +84,13 @@ class ServeResult:
     bytes are in ``snapshot`` (streamed from its parts); ``body`` joins them (tests, small models)."""
 
     status: int
-    data: bytes | bytearray
+    data: Body
     kind: str
     version: int
     snapshot: SnapshotBody | None = None
 
     @property
-    def body(self) -> bytes | bytearray:
+    def body(self) -> Body:
         return self.snapshot.join() if self.snapshot is not None else self.data
 
     @property
@@ -100,7 +101,7 @@ class ServeResult:
 @dataclass(frozen=True)
 class _LogEntry:
     version: int  # the delta takes x̂ from version - 1 to version
-    data: bytes | bytearray  # exactly what the worker published (kept as it came: never copied)
+    data: Body  # exactly what the worker published (kept as it came: never copied)
     indices: dict[str, np.ndarray]  # touched flat indices (uint32), for merging
     nbytes: int
 
@@ -129,7 +130,7 @@ class ServedModel:
         self.snapshot_max_age = snapshot_max_age
         self._snapshot: tuple[int, SnapshotBody] | None = None
         self._snapshot_at = 0.0  # time.monotonic() of the cached snapshot's encoding
-        self._merged: OrderedDict[int, bytes] = OrderedDict()
+        self._merged: OrderedDict[int, Body] = OrderedDict()
 
     # -- state --------------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class ServedModel:
 
     # -- writer side ----------------------------------------------------------------------
 
-    def reset(self, snapshot: bytes | Snapshot) -> None:
+    def reset(self, snapshot: Body | Snapshot) -> None:
         """Replace x̂ by a snapshot and adopt its epoch and version; the log starts empty
         (deltas of another epoch cannot be served). Raises PayloadError on a bad snapshot."""
         if isinstance(snapshot, Snapshot):
@@ -190,7 +191,7 @@ class ServedModel:
             self._merged.clear()
             self._ready = True
 
-    def publish(self, data: bytes | bytearray) -> int:
+    def publish(self, data: Body) -> int:
         """Apply one encoded "add" delta (x̂[idx] += v in float32, as the worker did), log it,
         and return the new version. Raises PayloadError (x̂ unchanged) if it does not apply."""
         payload = decode(data, self.spec, max_bytes=max(len(data), 1))
@@ -280,7 +281,7 @@ class ServedModel:
                     if chain and v - since <= MAX_CHAIN:
                         parts = list(islice(self._log, since - oldest_base, None))  # versions > since
                         if sum(len(e.data) for e in parts) < len(merged):
-                            return ServeResult(200, b"".join(e.data for e in parts), "chain", v)
+                            return ServeResult(200, join_body([e.data for e in parts]), "chain", v)
                     return ServeResult(200, merged, "delta", v)
             if self._snapshot is None or (self._snapshot[0] != v and not self._reusable(self._snapshot[0])):
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,
@@ -298,7 +299,7 @@ class ServedModel:
             return False
         return bool(self._log) and self._log[0].version - 1 <= version
 
-    def _merged_since(self, since: int) -> bytes:
+    def _merged_since(self, since: int) -> Body:
         """A "set" delta from ``since`` to now; caller holds the lock."""
         body = self._merged.get(since)
         if body is not None:
@@ -325,7 +326,7 @@ class ServedModel:
         header = self.spec.header("delta", self.node_id, self._epoch, self._version,
                                   base_version=since, step=self._step, loss=self._loss,
                                   op="set")
-        body = encode(Delta(header, entries))
+        body = encode_body(Delta(header, entries))  # GIL-free copies: a daemon thread beside the loop
         self._merged[since] = body
         # bounded in bytes as the log is: a big model's merged deltas are tens of MB each
         while len(self._merged) > self._merge_cache_size or (
