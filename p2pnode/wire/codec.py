@@ -399,10 +399,13 @@ def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
     gaps = np.frombuffer(raw, dtype=INDEX_WIDTHS[width])
     if n > 1 and not gaps[1:].all():
         raise PayloadError(f"{name}: indices not strictly increasing")
-    idx = np.cumsum(gaps, dtype=np.uint64)  # n <= numel < 2**32 gaps < 2**32: cannot wrap
+    # n <= numel < 2**32 gaps < 2**32: cannot wrap. Widened first, summed in place: numpy's
+    # cumsum with a dtype to cast to held the GIL (2 s for 50M indices, the daemon's loop with it)
+    idx = gaps.astype(np.uint64)
+    np.cumsum(idx, out=idx)
     if int(idx[-1]) >= numel:
         raise PayloadError(f"{name}: index out of range")
-    return idx.astype(np.int64)
+    return idx.view(np.int64)  # every index < 2**32: the same values
 
 
 #: most payloads one answer may chain (``GET /v1/model?chain=1``: the deltas since ``since``)
