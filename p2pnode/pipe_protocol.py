@@ -251,7 +251,7 @@ def encode(msg: Message) -> bytes:
 #: ``receive``): a model payload is never copied into a msgpack message on one side nor out of
 #: one on the other, and the reader fills a single buffer of the announced size
 BIG_FIELD = 1 << 20
-FRAME_BYTES = 8 << 20
+FRAME_BYTES = 1 << 20  # multiprocessing copies each frame once holding the GIL: keep that short
 TRAILERS = "_trailers"
 
 

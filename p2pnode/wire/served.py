@@ -45,6 +45,8 @@ from p2pnode.wire.genesis import digest
 from p2pnode.wire.msgview import Body
 
 MiB = 1024 * 1024
+#: indices merged by np.unique at most; more are merged through a mask (numpy's sort holds the GIL)
+UNIQUE_MAX = 1 << 18
 
 
 class SnapshotBody:
@@ -315,8 +317,10 @@ class ServedModel:
             numel = self._x[name].size
             if len(parts) == 1:
                 idx = parts[0]
-            elif sum(p.size for p in parts) > numel // 8:  # dense publishes (a parameter server's):
-                mask = np.zeros(numel, dtype=bool)  # a mask is O(numel); unique's hash was 0.1 s a tensor
+            elif sum(p.size for p in parts) > min(numel // 8, UNIQUE_MAX):  # dense publishes, big ones:
+                # a mask is O(numel); unique's hash was 0.1 s a tensor, and its sort holds the
+                # GIL (3.6 s of a daemon's event loop for a 30M-parameter model's merged delta)
+                mask = np.zeros(numel, dtype=bool)
                 for part in parts:
                     mask[part] = True
                 idx = np.flatnonzero(mask).astype(parts[0].dtype)
