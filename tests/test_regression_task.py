@@ -47,3 +47,17 @@ def test_the_worker_learns_it_with_the_tasks_adamw() -> None:
     metrics = train_one(settings, {"items": 3200})
     assert metrics["r2"] > 0.4, metrics
     assert isinstance(make().optimizer(make().build_model(), 0.01), torch.optim.AdamW)
+
+
+def test_a_gossip_node_with_an_adaptive_optimizer_is_told_what_was_measured(caplog: object) -> None:
+    from p2pnode.config import set_option
+    from p2pnode.worker.training import advise_adaptive
+
+    params = [nn.Parameter(torch.zeros(2))]
+    gossip, sync = Config(), Config()
+    set_option(sync, "exchange.sync", "powersgd")
+    assert advise_adaptive(torch.optim.AdamW(params), gossip)
+    assert advise_adaptive(torch.optim.Adam(params), gossip)
+    assert not advise_adaptive(torch.optim.AdamW(params), sync)  # the mode it is told to use
+    assert not advise_adaptive(torch.optim.SGD(params, lr=0.1, momentum=0.9), gossip)
+    assert "exchange.sync" in caplog.text  # type: ignore[attr-defined]
