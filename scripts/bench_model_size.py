@@ -146,7 +146,7 @@ def delta_fetches(cluster: Cluster, place: Place, count: int) -> list[dict[str, 
 
 
 def run_case(size: str, link: str, place: Place, n: int, window: float, workdir: Path, port: int,
-             min_free: int, extra: list[str]) -> dict[str, Any]:
+             min_free: int, extra: list[str], resume_wait: float = 300.0) -> dict[str, Any]:
     params = SIZES[size]
     width, layers = shape_for(params)
     numel = width * width * layers
@@ -234,7 +234,8 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
             rec["resume_s"] = time.monotonic() - t
             rec["resumed"] = s["training"]["resumed"]
             done_before = s["exchanges"]["done"]
-            wait_for(lambda: last_node.status()["exchanges"]["done"] > done_before, 300, "an exchange after resume")
+            wait_for(lambda: last_node.status()["exchanges"]["done"] > done_before, resume_wait,
+                     "an exchange after resume")
             rec["exchanging_again_s"] = time.monotonic() - t
         except AssertionError as exc:
             rec["resume_failed"] = str(exc)[:300]
@@ -314,6 +315,7 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=60.0, help="seconds of training measured per case")
     ap.add_argument("--rounds", type=int, default=3, help="all-reduce rounds timed (after one warm-up)")
     ap.add_argument("--min-free-gb", type=float, default=2.5)
+    ap.add_argument("--resume-wait", type=float, default=300.0, help="seconds a resumed node has to exchange again")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--workdir", default=str(ROOT / "run" / "bench_model_size"))
@@ -337,7 +339,7 @@ def main() -> int:
                 n = args.big_nodes if SIZES[size] > 200_000_000 else args.nodes
                 print(f"== {size} on {link}, {n} nodes", flush=True)
                 rec = run_case(size, link, place, n, args.window, Path(args.workdir), 7811, int(args.min_free_gb * 1e9),
-                               extra)
+                               extra, args.resume_wait)
                 if not args.skip_ddp:
                     ddp_anchor(rec, place, n, args.rounds if link != "100mbit" or SIZES[size] < 100e6 else 1, env)
                 recs.append(rec)
