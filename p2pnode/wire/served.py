@@ -215,7 +215,11 @@ class ServedModel:
             if h.base_version != self._version:
                 raise PayloadError(f"delta base {h.base_version} != version {self._version}")
             for name, (idx, vals) in payload.entries.items():
-                self._x[name][idx] += vals  # indices are unique: one float32 add each
+                x = self._x[name]
+                if idx.size == x.size:  # every element (an adopted model published whole): idx is 0..n-1
+                    x += vals  # the same float32 adds, without a gather and a scatter of the whole model
+                else:
+                    x[idx] += vals  # indices are unique: one float32 add each
             self._version, self._step, self._loss = h.version, h.step, h.loss
             if nbytes > self.log_bytes:
                 # bigger than the whole log (an adopted model published whole): not kept, and
