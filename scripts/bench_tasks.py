@@ -42,6 +42,8 @@ VARIANTS: dict[str, list[str]] = {
     # tell PowerSGD's approximation from the rest
     "sync-whole": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_rank=100000", "--set",
                    "exchange.sync_values=int8"],
+    # the same rank in int8 (twice int4's bytes): whether int4's rounding is what AdamW feels
+    "sync-i8": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_values=int8"],
     "every1": ["--set", "exchange.every=1", "--set", "compression.publish_every=1"],
     "gossip": ["--set", "exchange.sync=none"],
 }
