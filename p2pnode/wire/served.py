@@ -106,6 +106,9 @@ class _LogEntry:
     data: Body  # exactly what the worker published (kept as it came: never copied)
     indices: dict[str, np.ndarray]  # touched flat indices (uint32), for merging
     nbytes: int
+    #: kept without its indices (too big for the log with them: a big model's delta): served
+    #: as it is to a replica one version behind, or in a chain, never merged across
+    whole: bool = False
 
 
 class ServedModel:
@@ -205,8 +208,8 @@ class ServedModel:
         if h.version != h.base_version + 1:
             raise PayloadError("a published delta must advance the version by one")
         nbytes = len(data) + 4 * sum(idx.size for idx, _ in payload.entries.values())
-        indices = ({name: idx.astype(np.uint32) for name, (idx, _) in payload.entries.items()}
-                   if nbytes <= self.log_bytes else {})
+        whole = nbytes > self.log_bytes
+        indices = {} if whole else {name: idx.astype(np.uint32) for name, (idx, _) in payload.entries.items()}
         with self._lock:
             if not self._ready:
                 raise PayloadError("no snapshot published yet")
@@ -221,16 +224,18 @@ class ServedModel:
                 else:
                     x[idx] += vals  # indices are unique: one float32 add each
             self._version, self._step, self._loss = h.version, h.step, h.loss
-            if nbytes > self.log_bytes:
-                # bigger than the whole log (an adopted model published whole): not kept, and
-                # what came before it can no longer be brought forward; peers get a snapshot
+            if whole:
+                # bigger than the log with its indices (a big model's delta, or one published
+                # whole after an adoption): kept alone and without them, so that the newest
+                # delta is always served as it is (else every fetch of a big model got a
+                # snapshot); what came before it could only be merged across it: dropped
                 self._log.clear()
                 self._log_nbytes = 0
-            else:
-                self._log.append(_LogEntry(h.version, data, indices, nbytes))
-                self._log_nbytes += nbytes
-            while self._log and (len(self._log) > self.log_size
-                                 or self._log_nbytes > self.log_bytes):
+                nbytes = len(data)
+            self._log.append(_LogEntry(h.version, data, indices, nbytes, whole))
+            self._log_nbytes += nbytes
+            while len(self._log) > 1 and (len(self._log) > self.log_size
+                                          or self._log_nbytes > self.log_bytes):
                 self._log_nbytes -= self._log.popleft().nbytes
             if self._snapshot is not None and not self._reusable(self._snapshot[0]):
                 self._snapshot = None
@@ -282,7 +287,13 @@ class ServedModel:
             v = self._version
             if since is not None and epoch == self._epoch:
                 oldest_base = self._log[0].version - 1 if self._log else v
-                if oldest_base <= since < v:
+                parts = list(islice(self._log, max(0, since - oldest_base), None))  # versions > since
+                if oldest_base <= since < v and any(e.whole for e in parts):
+                    # no merge across a delta kept without its indices: the deltas as published,
+                    # if they weigh less than a snapshot, else a snapshot (below)
+                    if chain and len(parts) <= MAX_CHAIN and sum(len(e.data) for e in parts) < 4 * self.spec.numel:
+                        return ServeResult(200, join_body([e.data for e in parts]), "chain", v)
+                elif oldest_base <= since < v:
                     merged = self._merged_since(since)
                     if chain and v - since <= MAX_CHAIN:
                         parts = list(islice(self._log, since - oldest_base, None))  # versions > since
