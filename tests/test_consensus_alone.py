@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from p2pnode.daemon.consensus import CONSENSUS_WINDOW, ConsensusFinish
+from p2pnode.daemon.consensus import CONSENSUS_WINDOW, STALE_AFTER, ConsensusFinish
 from p2pnode.daemon.metrics import NodeMetrics
 
 
@@ -23,3 +23,22 @@ def test_alone_agrees_but_peers_all_left_out_is_not_agreement() -> None:
     assert finish.status(done=True, peers=1, distances=[0.002], left_out=1)["reached"]
     assert not finish.status(done=True, peers=1, distances=[0.5])["reached"]  # one still far off
     assert math.isclose(finish.metrics.registry.get_sample_value("p2pnode_consensus_distance_ratio") or 0.0, 0.5)
+
+
+def test_a_peer_no_longer_measured_stops_holding_agreement_off() -> None:
+    """Nodes started apart: the graph gave the first node a peer while the others joined and then
+    other peers; that peer's last distance (over the tolerance) is never measured again. It
+    counts while it is recent, not after STALE_AFTER averages with the peers it meets now."""
+    finish = ConsensusFinish(0.01, NodeMetrics())
+    finish.averaged(0.023, "early")
+    for i in range(CONSENSUS_WINDOW):
+        finish.averaged(0.0, "a" if i % 2 else "b")
+    distances = {"early": 0.023, "a": 0.0, "b": 0.0}
+    assert not finish.status(done=True, peers=3, distances=distances)["reached"]  # still recent: it counts
+    for i in range(STALE_AFTER):
+        finish.averaged(0.0, "a" if i % 2 else "b")
+    status = finish.status(done=True, peers=3, distances=distances)
+    assert status["reached"] and status["max_distance"] == 0.0
+    finish.averaged(0.023, "early")  # measured again, and still far: it counts again
+    finish.averaged(0.0, "a")
+    assert not finish.status(done=True, peers=3, distances=distances)["reached"]

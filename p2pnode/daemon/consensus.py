@@ -9,7 +9,7 @@ distance to every peer, and reaching it asks the worker for one more evaluation.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from p2pnode.daemon.metrics import NodeMetrics
@@ -18,6 +18,10 @@ from p2pnode.pipe_protocol import Evaluate
 
 #: averages within tolerance, in a row, before a node says it agrees with its peers
 CONSENSUS_WINDOW = 4
+#: averages since training ended after which a peer's last distance no longer counts: a peer
+#: our selection graph no longer gives us (the graph changes as nodes join) is never measured
+#: again, and its distance from before would hold agreement off for good
+STALE_AFTER = 4 * CONSENSUS_WINDOW
 
 
 class ConsensusFinish:
@@ -31,13 +35,25 @@ class ConsensusFinish:
         self.averages_after_done = 0
         self.evaluated_after = 0
         self.agreed = False
+        #: each peer's place in the averages after training (``averaged``'s count when last measured)
+        self.measured_at: dict[str, int] = {}
 
-    def averaged(self, distance: float) -> None:
-        """An average taken after training ended, ``distance`` (relative L2) from our model."""
+    def averaged(self, distance: float, peer: str = "") -> None:
+        """An average taken after training ended, ``distance`` (relative L2) from our model,
+        with ``peer``'s model."""
         self.recent.append(distance)
         self.averages_after_done += 1
+        if peer:
+            self.measured_at[peer] = self.averages_after_done
 
-    def status(self, done: bool, peers: int, distances: Iterable[float], left_out: int = 0) -> dict[str, Any]:
+    def fresh(self, distances: Mapping[str, float]) -> list[float]:
+        """The peers' last distances measured within the last STALE_AFTER averages (a peer with
+        no average counted here counts)."""
+        now = self.averages_after_done
+        return [d for peer, d in distances.items() if now - self.measured_at.get(peer, now) < STALE_AFTER]
+
+    def status(self, done: bool, peers: int, distances: Iterable[float] | Mapping[str, float],
+               left_out: int = 0) -> dict[str, Any]:
         """Whether training is over and our model is within tolerance of the peers we average
         with: the last CONSENSUS_WINDOW averages since training ended, and the last one with
         every alive peer measured so far (``distances``: peers left out, dead or clipped do not
@@ -46,9 +62,12 @@ class ConsensusFinish:
         all: so not every peer needs a measurement. A node with no alive peer is alone and
         agrees; one whose alive peers are all left out (``left_out``: their exchanges failed
         again and again) is not alone, and has not agreed with anybody: not reached, until one
-        answers or membership calls them dead."""
+        answers or membership calls them dead. Given per peer (a mapping), a distance measured more
+        than STALE_AFTER averages ago does not count: measured with nodes started 30 s apart, the
+        first node's distance to a peer its graph gave it while the others joined stayed 0.023
+        (over the tolerance) for good, and its consensus finish never ended."""
         tol = self.tolerance
-        known = list(distances)
+        known = self.fresh(distances) if isinstance(distances, Mapping) else list(distances)
         worst = max(known) if known else None
         recent = list(self.recent)
         alone = not peers and not left_out

@@ -389,7 +389,7 @@ class Exchange:
         self.spread = applied.spread
         if self.clock.done and applied.distance >= 0 and not applied.clipped:
             rec.distance = applied.distance
-            self.finish.averaged(applied.distance)
+            self.finish.averaged(applied.distance, peer.node_id)
         if adopt:
             log.info("started from %s's model (version %d)", peer.node_id, applied.version)
             self.bootstrapped_from = peer.node_id
@@ -440,8 +440,8 @@ class Exchange:
         a peer whose model we clip (poisoned, or far off) is not one to agree with."""
         alive = self.membership.alive_peers()
         peers = self.candidates(alive)
-        known = [d for p in peers if p.node_id in self.peers and not self.peers[p.node_id].last_clipped
-                 and (d := self.peers[p.node_id].distance) is not None]
+        known = {p.node_id: d for p in peers if p.node_id in self.peers and not self.peers[p.node_id].last_clipped
+                 and (d := self.peers[p.node_id].distance) is not None}
         return self.finish.status(self.clock.done, len(peers), known, len(alive) - len(peers))
 
     def status(self) -> dict[str, Any]:
