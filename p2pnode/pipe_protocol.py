@@ -205,7 +205,7 @@ class Begin(Message):
 @dataclass
 class Hold(Message):
     """exchange.max_lead: take no step at or beyond ``limit`` (-1: no bound) until told
-    otherwise; the node is that far ahead of its peers (daemon/pace.py)."""
+    otherwise; the node is that far ahead of its peers (exchange/pace.py)."""
 
     kind: ClassVar[str] = "hold"
     limit: int = -1

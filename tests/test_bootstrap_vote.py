@@ -1,4 +1,4 @@
-"""A fresh node's start is voted on (p2pnode/daemon/bootstrap.py): a model no other peer's agrees
+"""A fresh node's start is voted on (p2pnode/exchange/bootstrap.py): a model no other peer's agrees
 with is never adopted. The rule on made-up models, then real daemons (stub worker) with a
 member serving its model scaled by 100 (benchlib/poison.py: a proxy in front of a real node,
 verified and kept as a member by its peers)."""
@@ -11,7 +11,7 @@ import pytest
 from benchlib.poison import PoisonProxy
 from daemon_util import fetch_snapshot, http_request
 from nodes import STUB, NodeProc, free_port, wait_for
-from p2pnode.daemon.bootstrap import Offer, distance, flat_snapshot, judge
+from p2pnode.exchange.bootstrap import Offer, distance, flat_snapshot, judge
 from p2pnode.membership.base import Member
 from p2pnode.wire.codec import encode
 from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot, TensorSpec

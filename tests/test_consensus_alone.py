@@ -1,12 +1,12 @@
 """The consensus finish's verdict when a node has nobody to measure against: alone (no alive
 peer) it agrees; with alive peers whose exchanges all fail (left out) it has agreed with nobody
-and must not say it has (daemon/consensus.py)."""
+and must not say it has (exchange/consensus.py)."""
 
 from __future__ import annotations
 
 import math
 
-from p2pnode.daemon.consensus import CONSENSUS_WINDOW, STALE_AFTER, ConsensusFinish
+from p2pnode.exchange.consensus import CONSENSUS_WINDOW, STALE_AFTER, ConsensusFinish
 from p2pnode.daemon.metrics import NodeMetrics
 
 

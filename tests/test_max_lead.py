@@ -1,5 +1,5 @@
 """``exchange.max_lead``: a node far ahead of its peers holds its worker until they catch up
-(daemon/pace.py). The reference rule on its own, then real daemons on loopback with the stub
+(exchange/pace.py). The reference rule on its own, then real daemons on loopback with the stub
 worker: a node whose only peer is frozen (its worker SIGSTOPped) stops within the bound and goes
 on when the peer does; a peer that dies holds nobody for long."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from daemon_util import worker_pid
 from nodes import STUB, wait_for
-from p2pnode.daemon.pace import FRESH, Pace
+from p2pnode.exchange.pace import FRESH, Pace
 
 
 class Clock:

@@ -26,7 +26,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from p2pnode.config import Config
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.pace import parse_step
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.push import PUSH_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
@@ -76,7 +75,7 @@ class NodeView:
     a request comes)."""
 
     #: while true, GET /v1/model answers 503: a fresh node whose start is not settled yet
-    #: serves no model, so its untrained one is nobody's start nor averaged in (daemon/bootstrap.py)
+    #: serves no model, so its untrained one is nobody's start nor averaged in (exchange/bootstrap.py)
     starting: Callable[[], bool] = lambda: False
     #: whether our worker is taking local steps (compression.publish_on = "fetch" asks it to
     #: publish before answering a fetch only then)
@@ -99,6 +98,11 @@ def _query(request: web.Request, key: str, valid: Callable[[str], bool], what: s
         raise web.HTTPBadRequest(text=json.dumps({"error": f"{key} must be {what}"}),
                                  content_type="application/json")
     return raw
+
+
+def parse_step(text: str) -> int | None:
+    """A step as a peer sends it (header or query: decimal digits), or None for anything else."""
+    return int(text) if text.isdigit() and len(text) <= 18 else None
 
 
 def _nonneg_int(request: web.Request, key: str) -> int | None:

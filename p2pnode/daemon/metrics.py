@@ -22,7 +22,7 @@ from p2pnode.pipe_protocol import REFUSAL_REASONS
 # One ``_created`` sample per counter and histogram doubles the series for no alert's benefit.
 disable_created_metrics()
 
-#: every ``result`` of p2pnode_exchanges_total (daemon/exchange.py)
+#: every ``result`` of p2pnode_exchanges_total (exchange/rounds.py)
 EXCHANGE_RESULTS = ("ok", "not_modified", "unavailable", "local", "resync", "timeout", "error", "slow", "rejected")
 #: every ``reason`` of p2pnode_payloads_rejected_total: the worker's refusals of a peer's payload
 #: and the HTTP layer's (net/guard.py, net/server.py, daemon/http.py)

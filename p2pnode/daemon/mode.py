@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from aiohttp import web
 
 from p2pnode.config import Config
-from p2pnode.daemon.exchange import Exchange
+from p2pnode.exchange.rounds import Exchange
 from p2pnode.daemon.http import HttpApi, PostRoutes
 from p2pnode.daemon.supervisor import WorkerSupervisor
 from p2pnode.membership.base import Membership

@@ -27,7 +27,7 @@ from p2pnode import __version__
 from p2pnode.config import Config, parse_hostport
 from p2pnode.dashboard import routes as dashboard
 from p2pnode.daemon import early_signals, identity, journal, notify
-from p2pnode.daemon.exchange import Exchange
+from p2pnode.exchange.rounds import Exchange
 from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
 from p2pnode.daemon.metrics import NodeMetrics

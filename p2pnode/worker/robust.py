@@ -148,7 +148,7 @@ def clip_payload(clipper: ClipRadius | None, msg: PeerPayload, distance: float,
                  done: bool = False) -> ClipDecision | None:
     """What robust averaging does with a peer's payload at relative ``distance``: None when it
     does not apply (``exchange.robust = "none"``, or an adoption: the bootstrap takes a model
-    whole, its checks are the daemon's, p2pnode/daemon/bootstrap.py). ``done``: our own
+    whole, its checks are the daemon's, p2pnode/exchange/bootstrap.py). ``done``: our own
     training is over (the radius settles: ``ClipRadius.settle``)."""
     if msg.mode == ADOPT or clipper is None:
         return None

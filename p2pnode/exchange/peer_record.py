@@ -1,4 +1,4 @@
-"""What the exchange actor (``daemon/exchange.py``) keeps of its rounds: one ``PeerRecord`` per
+"""What the exchange actor (``exchange/rounds.py``) keeps of its rounds: one ``PeerRecord`` per
 peer (the version of our replica of its model, its failures and back-off, what its models
 weighed and cost) and the node's ``ExchangeTotals``. Written only by that actor; read by its
 status and the consensus finish."""

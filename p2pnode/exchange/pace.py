@@ -36,11 +36,6 @@ FRESH = 10.0
 RATE_WINDOW = 1.0
 
 
-def parse_step(text: str) -> int | None:
-    """A step as a peer sends it (header or query: decimal digits), or None for anything else."""
-    return int(text) if text.isdigit() and len(text) <= 18 else None
-
-
 class Pace:
     """Peers' last reported steps and the step this node may not pass (None: no bound)."""
 

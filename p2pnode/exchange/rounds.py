@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from p2pnode.config import Config
-from p2pnode.daemon.bootstrap import (
+from p2pnode.exchange.bootstrap import (
     LONE_WAIT_S,
     MAX_VOTES,
     NOT_READY_S,
@@ -48,10 +48,11 @@ from p2pnode.daemon.bootstrap import (
     judge,
     not_ready,
 )
-from p2pnode.daemon.consensus import ConsensusFinish
+from p2pnode.exchange.consensus import ConsensusFinish
 from p2pnode.daemon.metrics import NodeMetrics
-from p2pnode.daemon.pace import Pace, parse_step
-from p2pnode.daemon.peer_record import ExchangeTotals, PeerRecord
+from p2pnode.daemon.http import parse_step
+from p2pnode.exchange.pace import Pace
+from p2pnode.exchange.peer_record import ExchangeTotals, PeerRecord
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import StepClock
 from p2pnode.membership.base import Member, Membership
@@ -102,11 +103,11 @@ class Exchange:
         #: slow 304/503 answers count as failures (p2pnode/net/deadline.py)
         self.slow = SlowAnswers(cfg.exchange.slow_answer, cfg.exchange.slow_answer_floor, cfg.http.not_modified_hold)
         # A node joining with no checkpoint adopts a peer model its peers agree on (weight 1):
-        # daemon/bootstrap.py. Only a peer exchanges (a ps-worker takes the server's model).
+        # exchange/bootstrap.py. Only a peer exchanges (a ps-worker takes the server's model).
         self.boot = BootstrapState(bool(cfg.node.seeds) and cfg.membership.bootstrap_from_peer
                                    and cfg.node.role == "peer")
         self.bootstrapped_from: str | None = None
-        #: agreement after training (daemon/consensus.py)
+        #: agreement after training (exchange/consensus.py)
         self.finish = ConsensusFinish(cfg.exchange.consensus_tolerance, metrics)
         #: the worker life (its epoch) our replica versions belong to
         self.worker_epoch = ""
@@ -116,7 +117,7 @@ class Exchange:
         self.clip_radius: float | None = None
         #: whether the last model averaged in was taken under the spread rule (robust.py)
         self.spread = False
-        #: exchange.max_lead: peers' steps, and the step our worker may not pass (daemon/pace.py)
+        #: exchange.max_lead: peers' steps, and the step our worker may not pass (exchange/pace.py)
         self.pace = Pace(cfg.exchange.max_lead)
 
     def max_body(self) -> int:
@@ -298,7 +299,7 @@ class Exchange:
         return True
 
     async def bootstrap(self, peers: list[Member]) -> None:
-        """One vote for this fresh node's start (daemon/bootstrap.py); adopts its choice."""
+        """One vote for this fresh node's start (exchange/bootstrap.py); adopts its choice."""
         boot, x = self.boot, self.cfg.exchange
         if len(peers) < 2 and time.monotonic() - boot.started < LONE_WAIT_S:
             await asyncio.sleep(0.2)  # a second peer may be verified any moment: a vote needs two
@@ -436,7 +437,7 @@ class Exchange:
             log.debug("exchange with %s skipped: %s", peer.node_id, error)
 
     def consensus(self) -> dict[str, Any]:
-        """Agreement after training (daemon/consensus.py), with the peers we average with now;
+        """Agreement after training (exchange/consensus.py), with the peers we average with now;
         a peer whose model we clip (poisoned, or far off) is not one to agree with."""
         alive = self.membership.alive_peers()
         peers = self.candidates(alive)
