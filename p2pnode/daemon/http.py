@@ -30,7 +30,7 @@ from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.push import PUSH_PATH, PushPolicy
 from p2pnode.daemon.state import ModelSource
 from p2pnode.membership.base import Member
-from p2pnode.net.client import MSGPACK
+from p2pnode.net.client import HEADER_MODEL, MSGPACK
 from p2pnode.net.encoding import MAX_BYTES as GZIP_MAX
 from p2pnode.net.encoding import asks_for_gzip, gzip_if_smaller
 from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middleware
@@ -236,7 +236,8 @@ class HttpApi:
             return web.json_response({"error": "too many full snapshots to this address; fetch deltas (?since=)"},
                                      status=429, headers={"Retry-After": "1"})
         headers = {"X-P2P-Version": str(result.version), "X-P2P-Kind": result.kind,
-                   "X-P2P-Step": str(self.view.step_now())}  # for the asker's exchange.max_lead
+                   "X-P2P-Step": str(self.view.step_now()),  # for the asker's exchange.max_lead
+                   HEADER_MODEL: served.spec.fingerprint}  # another task's asker refuses it unread
         self.metrics.requests_served.labels(result.kind if result.status == 200 else "not_modified").inc()
         if result.status == 304:
             return web.Response(status=304, headers=headers)

@@ -147,7 +147,7 @@ def judge(offers: list[Offer], radius: float) -> Verdict:
 
 
 async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, max_bytes: int,
-                  node_id: str, model_bytes: int = 0) -> list[Offer]:
+                  node_id: str, model_bytes: int = 0, model: str = "") -> list[Offer]:
     """Ask every peer for its full snapshot at once (naming ourselves: a peer that publishes on
     fetch publishes first for a member), under ``transfer``'s deadlines (a snapshot's size is
     known, the peer's rate not yet); decode each in a thread."""
@@ -156,7 +156,7 @@ async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, m
         started = time.monotonic()
         try:
             resp = await client.fetch(peer.addr, f"/v1/model?from={node_id}", transfer.first_byte(model_bytes),
-                                      transfer, max_bytes, gzip=False)
+                                      transfer, max_bytes, gzip=False, model=model)
         except PeerError as exc:
             return Offer(peer, error=str(exc))
         latency = time.monotonic() - started

@@ -134,6 +134,12 @@ class Exchange:
         spec = self.spec()
         return 4 * spec.numel if spec is not None else 0
 
+    def fingerprint(self) -> str:
+        """Our model's fingerprint ("" before our worker's hello): a peer's answer naming another is
+        refused unread, naming both models (net/client.py HEADER_MODEL)."""
+        spec = self.spec()
+        return spec.fingerprint if spec is not None else ""
+
     def transfer(self, rec: PeerRecord | None) -> Transfer:
         """A model body's deadline and cut-off rate, from the rate measured from that peer."""
         x = self.cfg.exchange
@@ -254,7 +260,7 @@ class Exchange:
         try:
             transfer = self.transfer(rec)
             resp = await self.client.fetch(peer.addr, query, transfer.first_byte(self.model_bytes()), transfer,
-                                           self.max_body())
+                                           self.max_body(), model=self.fingerprint())
         except PeerError as exc:
             if isinstance(exc, PeerTimeout):
                 rec.rate /= 2  # a slower peer than measured: its next deadline is longer, its cut-off lower
@@ -307,7 +313,7 @@ class Exchange:
         self.follow_worker()
         voters = random.sample(peers, min(VOTERS, len(peers)))
         offers = await collect(self.client, voters, self.transfer(None), self.max_body(), self.node_id,
-                               self.model_bytes())
+                               self.model_bytes(), self.fingerprint())
         if self.keep_own_if_trained():  # training ended while the votes came
             return
         # the distances are model-sized work: in a thread

@@ -24,6 +24,7 @@ from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign, sign_respons
 from p2pnode.net.deadline import STALL_WINDOW, Transfer
 from p2pnode.net.encoding import gunzip, with_gzip_marker
 from p2pnode.wire.msgview import Body, big_buffer
+from p2pnode.wire.payload import mismatch
 
 MSGPACK = "application/msgpack"
 
@@ -106,13 +107,16 @@ class PeerClient:
         return Response(a.status, a.body if isinstance(a.body, bytes) else bytes(a.body), a.headers, a.wire_bytes)
 
     async def fetch(self, addr: str, path_qs: str, first_byte: float, transfer: Transfer, max_body: int,
-                    gzip: bool = True) -> ModelAnswer:
+                    gzip: bool = True, model: str = "") -> ModelAnswer:
         """GET a model: its answer must begin within ``first_byte`` seconds, its body then has
-        ``transfer``'s deadline from its size and is cut off below ``transfer``'s rate."""
-        return await self._call("GET", addr, path_qs, b"", first_byte, MSGPACK, gzip, max_body, transfer)
+        ``transfer``'s deadline from its size and is cut off below ``transfer``'s rate. ``model``:
+        our fingerprint; an answer whose ``X-P2P-Model`` names another is refused before its body
+        is read, naming both (another task's model can be larger than any payload of ours, and
+        "over the limit" would hide why)."""
+        return await self._call("GET", addr, path_qs, b"", first_byte, MSGPACK, gzip, max_body, transfer, model)
 
     async def _call(self, method: str, addr: str, path_qs: str, body: bytes, timeout: float, content_type: str,
-                    gzip: bool, max_body: int | None, transfer: Transfer | None) -> ModelAnswer:
+                    gzip: bool, max_body: int | None, transfer: Transfer | None, model: str = "") -> ModelAnswer:
         self.open()
         assert self._session is not None
         limit = self._max_body if max_body is None else max_body
@@ -134,6 +138,9 @@ class PeerClient:
                 async with self._session.request(method, url, data=body or None, headers=headers,
                                                  allow_redirects=False) as resp:
                     declared = resp.content_length
+                    theirs = resp.headers.get(HEADER_MODEL, "")
+                    if model and theirs and theirs != model:
+                        raise PeerError(f"{addr}: {mismatch(theirs[:200], model)}")
                     if declared is not None and declared > limit:
                         raise PeerError(f"{addr}: body of {declared} bytes is over the limit of {limit}")
                     began = loop.time()
@@ -175,6 +182,10 @@ class PeerClient:
         if not isinstance(reply, dict):
             raise PeerError(f"{addr}{path}: reply is not a map")
         return reply
+
+
+#: a model answer's header naming the fingerprint of the model it carries (``TASK@HASH``)
+HEADER_MODEL = "X-P2P-Model"
 
 
 class TooSlow(TimeoutError):
