@@ -202,25 +202,33 @@ class TrainResult:
                 "wall_seconds": self.wall_seconds, **self.extra, "rows": [asdict(r) for r in self.rows]}
 
 
-def checkpoint_accuracies(state_dirs: Iterable[Path], data_dir: str = "") -> list[float | None]:
-    """Each state dir's checkpoint on the whole test set of the default config's data, read
-    from ``data_dir`` when set (None: no checkpoint there). Loads torch and the data: for
-    reports after a run."""
+def evaluated_checkpoints(cfg: Any, state_dirs: Iterable[Any]) -> list[dict[str, float] | None]:
+    """Each state dir's final checkpoint evaluated on the whole test set of ``cfg``'s task, as
+    the task's metrics (None: no checkpoint there). Loads torch and the data: for reports after
+    a run."""
     from p2pnode.checkpoint import CHECKPOINT_NAME, load
-    from p2pnode.config import Config
     from p2pnode.worker.training import ShardTrainer
 
-    cfg = Config.from_dict({"training": {"data_dir": data_dir}}) if data_dir else Config()
     trainer = ShardTrainer(cfg)  # the test split and the model architecture
-    out: list[float | None] = []
+    out: list[dict[str, float] | None] = []
     for d in state_dirs:
         state = load(Path(d) / CHECKPOINT_NAME)
         if state is None:
             out.append(None)
             continue
         trainer.model.load_state_dict(state["model"])
-        out.append(trainer.evaluate(0)[0])
+        trainer.evaluate(0)
+        out.append(dict(trainer.metrics))
     return out
+
+
+def checkpoint_accuracies(state_dirs: Iterable[Path], data_dir: str = "") -> list[float | None]:
+    """Each state dir's checkpoint's accuracy on the whole test set of the default config's data,
+    read from ``data_dir`` when set (None: no checkpoint there)."""
+    from p2pnode.config import Config
+
+    cfg = Config.from_dict({"training": {"data_dir": data_dir}}) if data_dir else Config()
+    return [None if m is None else m.get("accuracy", float("nan")) for m in evaluated_checkpoints(cfg, state_dirs)]
 
 
 def training_args(i: int, nodes: int, samples: int, extra: Sequence[str] = ()) -> list[str]:

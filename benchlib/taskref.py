@@ -38,20 +38,7 @@ def alone(settings: dict[str, Any], task: dict[str, Any], nodes: int, samples: i
 
 def checkpoint_metrics(state_dirs: list[Any], settings: dict[str, Any], task: dict[str, Any]) -> list[dict[str, float] | None]:
     """Each state dir's final checkpoint evaluated by the task on its whole test set (None: none)."""
-    from pathlib import Path
-
-    from p2pnode.checkpoint import CHECKPOINT_NAME, load
-    from p2pnode.worker.training import ShardTrainer
+    from benchlib.cluster import evaluated_checkpoints
 
     cfg = Config.from_dict({"training": {"eval_every": 0, **settings, "shard": "0/1"}, "task": dict(task)})
-    trainer = ShardTrainer(cfg)
-    out: list[dict[str, float] | None] = []
-    for d in state_dirs:
-        state = load(Path(d) / CHECKPOINT_NAME)
-        if state is None:
-            out.append(None)
-            continue
-        trainer.model.load_state_dict(state["model"])
-        trainer.evaluate(0)
-        out.append(dict(trainer.metrics))
-    return out
+    return evaluated_checkpoints(cfg, state_dirs)
