@@ -25,9 +25,10 @@ def train_one(settings: dict[str, Any], task: dict[str, Any]) -> dict[str, float
 
 
 def reference(settings: dict[str, Any], task: dict[str, Any], nodes: int, samples: int) -> dict[str, float]:
-    """One process at ``nodes`` times the batch over ``nodes`` times the samples: the same steps."""
+    """One process at ``nodes`` times the batch over ``nodes`` times the samples (all the data,
+    whatever the nodes' partition): the same steps."""
     batch = int(settings.get("batch_size", 64)) * nodes
-    return train_one({**settings, "shard": "0/1", "batch_size": batch, "max_samples": samples * nodes,
+    return train_one({**settings, "shard": "0/1", "partition": "iid", "batch_size": batch, "max_samples": samples * nodes,
                       "warmup_samples": int(settings.get("warmup_samples", 3200)) * nodes}, task)
 
 
@@ -40,5 +41,7 @@ def checkpoint_metrics(state_dirs: list[Any], settings: dict[str, Any], task: di
     """Each state dir's final checkpoint evaluated by the task on its whole test set (None: none)."""
     from benchlib.cluster import evaluated_checkpoints
 
-    cfg = Config.from_dict({"training": {"eval_every": 0, **settings, "shard": "0/1"}, "task": dict(task)})
+    cfg = Config.from_dict({"training": {"eval_every": 0, **settings, "shard": "0/1", "partition": "iid",
+                                         "lr_schedule": "constant"},
+                            "task": dict(task)})
     return evaluated_checkpoints(cfg, state_dirs)

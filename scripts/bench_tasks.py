@@ -1,23 +1,28 @@
-"""Learning quality beyond the built-in CNN: a user's task trained by a p2pnode cluster beside its
-all-reduce reference (one process at the nodes' global batch for the same steps: what DDP or an
-all-reduce of gradients computes, bar the batch order) and a node alone on its shard, over
-several seeds. Today: the regression task of benchlib/tasks/regression.py (MSE, an MLP with
-LayerNorm and dropout, R^2, AdamW through the task's optimizer hook), 3 nodes x 24 000 samples,
-even shards, lr 0.003, the nodes started together (training.min_peers = 2).
+"""Learning quality beyond the built-in CNN: a suite of tasks (benchlib/tasks/suite.py), each
+trained by a p2pnode cluster beside its all-reduce reference (one process at the nodes' global
+batch for the same steps: what DDP or an all-reduce of gradients computes, bar the batch order)
+and a node alone on its shard (node 0's), over several seeds; the classifiers on even shards and
+on Dirichlet 0.1 shards. The nodes are started together (training.min_peers = nodes - 1); every
+run has the cosine schedule.
 
-    .venv/bin/python scripts/bench_tasks.py --seeds 0 1 2 3 4 --variants defaults sync every1 --write
+    .venv/bin/python scripts/bench_tasks.py --tasks regression charlm imagefolder-bn cnn \\
+        --shards even dir0.1 --seeds 0 1 2 3 4 --variants defaults --write
 
-A variant is p2pnode's settings under test (every one printed with the table). Per seed: R^2 of
-every node's final checkpoint on the 8 000 held-out items (the cluster's figure is the worst
-node's), the reference's and the node alone's. The goals checked (every seed): the cluster beats
-the node alone by at least half the distance from it to the reference; the mean gap to the
-reference within 2 % of the reference's distance to a perfect R^2 of 1."""
+A variant is p2pnode's settings under test (every one printed with the table). Per seed: each
+node's final checkpoint evaluated on the task's whole test set (the cluster's figure is its
+worst node's), the reference's and the node alone's. Seeds are the outer loop: every task gets a
+seed before any gets the next. The goals checked: the mean gap to the reference within 0.5 pt
+of accuracy (or 2 % of the reference's distance to a perfect score); no seed below the node
+alone; for AdamW tasks, the cluster at least half way from the node alone to the reference on
+every seed. ``--report FILE...`` builds the tables from earlier runs' ``--jsonl`` records."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +36,9 @@ from benchlib.results import (
     write_section,
 )
 from benchlib.taskref import alone, checkpoint_metrics, reference
+from benchlib.tasks.suite import SHARDS, TASKS, SuiteTask
 
 SECTION = "## A user's tasks beside their all-reduce reference (bench_tasks)"
-TASK = "benchlib.tasks.regression:task"
 
 VARIANTS: dict[str, list[str]] = {
     "defaults": [],
@@ -49,77 +54,150 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
-def run_cluster(variant: str, seed: int, nodes: int, samples: int, lr: float, optimizer: str, workdir: Path,
-                port: int, secret: str) -> list[float]:
-    settings = {"task": TASK, "lr": lr, "seed": seed, "device": "cpu"}
-    args = ["--set", f"training.task={TASK}", "--set", f"task.optimizer={optimizer}", "--set", f"training.lr={lr}",
-            "--set", f"training.seed={seed}", "--set", f"training.min_peers={nodes - 1}",
+def run_settings(t: SuiteTask, shards: str, seed: int) -> dict[str, Any]:
+    """The [training] table every run of ``t`` shares (the cluster's nodes get it as --set)."""
+    return {**t.training, "seed": seed, "device": "cpu", "lr_schedule": "cosine", "partition": SHARDS[shards]}
+
+
+def run_cluster(t: SuiteTask, task: dict[str, Any], shards: str, variant: str, seed: int, nodes: int, samples: int,
+                workdir: Path, port: int, secret: str) -> tuple[list[float], float]:
+    """Each node's figure (its final checkpoint on the test set) and the run's wall seconds."""
+    settings = run_settings(t, shards, seed)
+    args = [*(a for k, v in settings.items() for a in ("--set", f"training.{k}={v}")),
+            *(a for k, v in task.items() for a in ("--set", f"task.{k}={str(v).lower() if isinstance(v, bool) else v}")),
+            "--set", f"training.min_peers={nodes - 1}",
             *(["--set", f"node.secret_file={secret}"] if secret else []), *VARIANTS[variant]]
 
     def evaluate(dirs: list[Path]) -> list[float | None]:
-        return [m["r2"] if m else None for m in checkpoint_metrics(dirs, settings, {"optimizer": optimizer})]
+        return [m[t.metric] if m else None for m in checkpoint_metrics(dirs, settings, task)]
 
-    res = train(f"{variant}-{seed}", workdir, nodes, samples, args, port=port, stagger=2.0, evaluate=evaluate,
-                timeout=600)
-    return res.accuracies
+    res = train(f"{t.name}-{shards}-{variant}-{seed}", workdir, nodes, samples, args, port=port, stagger=2.0,
+                evaluate=evaluate, timeout=600)
+    return res.accuracies, res.wall_seconds
+
+
+def measure(a: argparse.Namespace) -> list[dict[str, Any]]:
+    from p2pnode.data import default_cache_dir
+
+    records: list[dict[str, Any]] = []
+    for seed in a.seeds:
+        for name in a.tasks:
+            t = TASKS[name]
+            task = {**t.task, **t.prepare(default_cache_dir())}
+            samples = a.samples or t.samples
+            shards = [s for s in a.shards if t.classifier or s == "even"] or ["even"]
+            started = time.monotonic()
+            ref = reference(run_settings(t, "even", seed), task, a.nodes, samples)[t.metric]
+            ref_s = time.monotonic() - started
+            for sh in shards:
+                started = time.monotonic()
+                own = alone(run_settings(t, sh, seed), task, a.nodes, samples)[t.metric]
+                own_s = time.monotonic() - started
+                for v in a.variants:
+                    try:
+                        got, wall = run_cluster(t, task, sh, v, seed, a.nodes, samples, Path(a.workdir), a.port,
+                                                a.secret)
+                    except RuntimeError as exc:  # a node that exited: the run counts as failed, the others go on
+                        print(f"{name} {sh} {v} seed {seed}: {str(exc)[:300]}", file=sys.stderr)
+                        got, wall = [], 0.0
+                    rec = {"bench": "tasks", "task": name, "shards": sh, "variant": v, "seed": seed,
+                           "metric": t.metric, "nodes_values": got, "reference": ref, "alone": own,
+                           "nodes": a.nodes, "samples": samples, "secret": bool(a.secret), "cluster_s": wall,
+                           "reference_s": ref_s, "alone_s": own_s}
+                    records.append(rec)
+                    append_jsonl(a.jsonl, rec)
+                    print(json.dumps(rec), flush=True)
+    return records
+
+
+def fmt(t: SuiteTask, x: float) -> str:
+    if t.metric == "accuracy":
+        return f"{100 * x:.2f} %"
+    return f"{x:.2f}" if t.metric == "perplexity" else f"{x:.4f}"
+
+
+def fmt_gap(t: SuiteTask, x: float) -> str:
+    return f"{100 * x:+.2f} pt" if t.metric == "accuracy" else (f"{x:+.2f}" if t.metric == "perplexity"
+                                                                else f"{x:+.4f}")
+
+
+def report(records: list[dict[str, Any]]) -> tuple[str, str]:
+    """The per-seed table and the summary table (one row a task, shards and variant)."""
+    rows, summary = [], []
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["task"], r["shards"], r["variant"]), []).append(r)
+    for (name, sh, v), recs in groups.items():
+        t = TASKS[name]
+        gaps, halves, above, refs = [], 0, 0, []
+        for r in sorted(recs, key=lambda r: r["seed"]):
+            if not r["nodes_values"]:
+                rows.append([name, sh, v, r["seed"], "failed", fmt(t, r["reference"]), fmt(t, r["alone"]),
+                             "", "", ""])
+                continue
+            worst = t.worst(r["nodes_values"])
+            gap = t.gain(worst, r["reference"])
+            half = t.gain(worst, r["alone"]) >= 0.5 * t.gain(r["reference"], r["alone"])
+            gaps.append(gap)
+            refs.append(r["reference"])
+            halves += half
+            above += t.gain(worst, r["alone"]) >= 0
+            rows.append([name, sh, v, r["seed"], " / ".join(fmt(t, x) for x in r["nodes_values"]),
+                         fmt(t, r["reference"]), fmt(t, r["alone"]), fmt_gap(t, gap),
+                         ("yes" if half else "no") if t.adamw else "(SGD)", f"{r['cluster_s']:.0f}"])
+        if not gaps:
+            continue
+        mean = statistics.mean(gaps)
+        allowed = t.allowed(statistics.mean(refs))
+        n = len(gaps)
+        summary.append([name, sh, v, t.metric, n, fmt_gap(t, mean), f"{fmt_gap(t, min(gaps))} to {fmt_gap(t, max(gaps))}",
+                        fmt_gap(t, statistics.stdev(gaps)).lstrip("+") if n > 1 else "",
+                        fmt_gap(t, -allowed), "yes" if mean >= -allowed else "no", f"{above} of {n}",
+                        f"{halves} of {n}" if t.adamw else "(SGD)"])
+    per_seed = table(["task", "shards", "variant", "seed", "each node", "reference", "node alone",
+                      "gap (worst node - reference, + better)", "half way from alone (AdamW)", "cluster s"], rows,
+                     "lllrrrrrrr")
+    goals = table(["task", "shards", "variant", "metric", "seeds", "mean gap", "range", "sd", "goal: mean gap at least",
+                   "mean gap meets it", "seeds not below alone", "seeds half way from alone (AdamW)"], summary,
+                  "llllrrrrrlrr")
+    return per_seed, goals
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    ap.add_argument("--shards", nargs="+", default=list(SHARDS), choices=list(SHARDS),
+                    help="the classifiers' partitions (the other tasks: even only)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     ap.add_argument("--variants", nargs="+", default=["defaults"], choices=sorted(VARIANTS))
     ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--samples", type=int, default=24000)
-    ap.add_argument("--lr", type=float, default=0.003)
-    ap.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"])
+    ap.add_argument("--samples", type=int, default=0, help="training samples a node (0: each task's own size)")
     ap.add_argument("--port", type=int, default=17400)
     ap.add_argument("--secret", default="", help="a cluster secret file every node reads (node.secret_file)")
     ap.add_argument("--workdir", default="/tmp/p2pnode-bench-tasks")
+    ap.add_argument("--report", nargs="+", metavar="JSONL", help="no runs: the tables of these files' records")
     add_output_args(ap, SECTION)
     a = ap.parse_args()
-    settings = {"task": TASK, "lr": a.lr, "device": "cpu"}
-    task = {"optimizer": a.optimizer}
-    rows: list[list[Any]] = []
-    per: dict[str, list[tuple[float, float, float]]] = {v: [] for v in a.variants}
-    for seed in a.seeds:
-        ref = reference({**settings, "seed": seed}, task, a.nodes, a.samples)["r2"]
-        own = alone({**settings, "seed": seed}, task, a.nodes, a.samples)["r2"]
-        for v in a.variants:
-            try:
-                r2 = run_cluster(v, seed, a.nodes, a.samples, a.lr, a.optimizer, Path(a.workdir), a.port, a.secret)
-            except RuntimeError as exc:  # a node that exited: the run counts as failed, the others go on
-                print(f"{v} seed {seed}: {str(exc)[:300]}", file=sys.stderr)
-                r2 = []
-            worst = min(r2) if r2 else float("nan")
-            per[v].append((worst, ref, own))
-            ok = worst - own >= 0.5 * (ref - own)
-            rows.append([v, seed, " / ".join(f"{x:.4f}" for x in r2), f"{ref:.4f}", f"{own:.4f}",
-                         f"{worst - ref:+.4f}", "yes" if ok else "no"])
-            append_jsonl(a.jsonl, {"bench": "tasks", "variant": v, "seed": seed, "r2": r2, "reference": ref,
-                                   "alone": own, "optimizer": a.optimizer, "lr": a.lr})
-            print(" | ".join(str(c) for c in rows[-1]), flush=True)
-    summary = []
-    for v, got in per.items():
-        gaps = [w - r for w, r, _ in got]
-        allowed = 0.02 * statistics.mean(1 - r for _, r, _ in got)
-        half = sum(1 for w, r, o in got if w - o >= 0.5 * (r - o))
-        summary.append([v, f"{statistics.mean(gaps):+.4f}", f"{min(gaps):+.4f} to {max(gaps):+.4f}",
-                        f"{allowed:.4f}", "yes" if abs(statistics.mean(gaps)) <= allowed or statistics.mean(gaps) > 0
-                        else "no", f"{half} of {len(got)}",
-                        f"{sum(1 for w, _, o in got if w >= o)} of {len(got)}"])
+    if a.report:
+        records = [json.loads(line) for f in a.report for line in Path(f).read_text().splitlines() if line.strip()]
+        records = [r for r in records if r.get("bench") == "tasks" and "task" in r]
+    else:
+        records = measure(a)
+    per_seed, goals = report(records)
+    used: dict[str, set[int]] = {}
+    for r in records:
+        used.setdefault(r["task"], set()).add(r["samples"])
     text = "\n".join([
         SECTION, "",
         f"Command: `{command_line()}`", "",
         machine(), "",
-        f"Task: {TASK} (optimizer {a.optimizer}, lr {a.lr}), {a.nodes} nodes x {a.samples} samples, even shards, "
-        f"nodes started together (training.min_peers = {a.nodes - 1}). Reference: one process, the same steps at "
-        f"{a.nodes}x the batch. R^2 on 8 000 held-out items; the cluster's figure is its worst node's.", "",
-        "Variants: " + "; ".join(f"`{v}`: {' '.join(VARIANTS[v]) or '(nothing set)'}" for v in a.variants) +
-        ("; every node given a cluster secret (node.secret_file)" if a.secret else ""), "",
-        table(["variant", "seed", "R^2 per node", "reference", "a node alone", "worst - reference",
-               "beats alone by half the distance"], rows), "",
-        table(["variant", "mean gap", "range", "2 % of the reference's gap to 1", "within it",
-               "seeds beating alone by half the distance", "seeds not below alone"], summary), ""])
+        "Tasks (benchlib/tasks/suite.py; samples a node, the reference nodes x that at nodes x the batch):", "",
+        *(f"- `{n}`: {TASKS[n].what}; {' or '.join(str(x) for x in sorted(used[n]))} samples a node; "
+          f"metric {TASKS[n].metric}" for n in TASKS if n in used), "",
+        "Variants: " + "; ".join(f"`{v}`: {' '.join(VARIANTS[v]) or '(nothing set)'}"
+                                 for v in sorted({r['variant'] for r in records})) +
+        ("; every node given a cluster secret (node.secret_file)" if any(r.get("secret") for r in records) else ""),
+        "", per_seed, "", goals, ""])
     print(text)
     if a.write:
         write_section(text)
