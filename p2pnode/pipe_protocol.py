@@ -64,6 +64,11 @@ class Hello(Message):
     #: BatchNorm layers in the model (0: none): gossip's default sparse copies suit such a model
     #: badly, and the daemon says so (supervisor.py)
     batchnorm: int = 0
+    #: a big model's x_hat is this file (wire/public_file.py), read by the daemon to serve it;
+    #: ``snapshot`` is then empty
+    public_file: str = ""
+    #: with ``public_file`` at version 0: the digest of x_hat then (wire/genesis.py)
+    genesis: str = ""
 
 
 @dataclass

@@ -41,6 +41,7 @@ from p2pnode.pipe_protocol import (
 )
 from p2pnode.wire.codec import decode
 from p2pnode.wire.payload import ModelSpec, Snapshot
+from p2pnode.wire.public_file import PublicReader
 from p2pnode.wire.served import ServedModel
 
 log = logging.getLogger("p2pnode.supervisor")
@@ -212,13 +213,7 @@ class WorkerSupervisor:
 
     async def _on_hello(self, msg: Hello) -> None:
         s = self.state
-        snap = await asyncio.to_thread(decode, msg.snapshot, None, len(msg.snapshot))
-        assert isinstance(snap, Snapshot)
-        spec = ModelSpec(snap.header.fingerprint, list(snap.header.specs))
-        # snapshots kept up to 1 s across publishes: a flood of ?since=0 costs one encoding a second
-        served = ServedModel(spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size,
-                             snapshot_max_age=1.0)
-        await asyncio.to_thread(served.reset, msg.snapshot)
+        served = await asyncio.to_thread(self._served_model, msg)
         self.model.served = served
         self.model.changed()
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
@@ -233,6 +228,25 @@ class WorkerSupervisor:
         self.clock.ready.set()
         if self.begun:
             await self.pipe.send(Begin())
+
+    def _served_model(self, msg: Hello) -> ServedModel:
+        """What serves the new worker's x̂ (in a thread): a mirror reset from its snapshot, or
+        for a big model its own x̂ read from the file it keeps it in (no copy here)."""
+        reader = PublicReader(msg.public_file) if msg.public_file else None
+        if reader is not None:
+            spec = reader.spec
+        else:
+            snap = decode(msg.snapshot, None, len(msg.snapshot))
+            assert isinstance(snap, Snapshot)
+            spec = ModelSpec(snap.header.fingerprint, list(snap.header.specs))
+        # snapshots kept up to 1 s across publishes: a flood of ?since=0 costs one encoding a second
+        served = ServedModel(spec, self.node_id, msg.epoch, log_size=self.cfg.compression.log_size,
+                             snapshot_max_age=1.0)
+        if reader is not None:
+            served.attach(reader, msg.epoch, msg.version, msg.genesis)
+        else:
+            served.reset(msg.snapshot)
+        return served
 
     async def begin(self) -> None:
         """Let training start (training.min_peers met): this worker now, every later one at hello."""

@@ -1,10 +1,12 @@
 """The daemon-side mirror of this node's public model x̂, its delta log, and what to serve.
 
 The training worker owns x̂ and publishes encoded payloads (bytes) with its
-``worker.public.DeltaPublisher``. The daemon keeps its own
-numpy copy here, applying every published delta exactly as the worker did (float32 add of the
-decoded values), so that it can answer ``GET /v1/model?since=V&epoch=E`` without asking the
-worker. Three answers, cheapest first:
+``worker.public.DeltaPublisher``. For a small model the daemon keeps its own numpy copy here
+(:meth:`ServedModel.reset`), applying every published delta exactly as the worker did (float32
+add of the decoded values); for a big one it keeps none and reads the worker's own x̂ from the
+file the worker keeps it in (:meth:`ServedModel.attach`, wire/public_file.py), at the version it
+has logged. Either way it answers ``GET /v1/model?since=V&epoch=E`` without asking the worker.
+Three answers, cheapest first:
 
 * ``since == version`` (same epoch): 304, empty body;
 * ``since == version - 1``: the newest published bytes, unchanged (no re-encoding);
@@ -43,10 +45,18 @@ from p2pnode.wire.codec import MAX_CHAIN, decode, encode, encode_body, encode_pa
 from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.genesis import digest
 from p2pnode.wire.msgview import Body
+from p2pnode.wire.public_file import PublicReader
 
 MiB = 1024 * 1024
 #: indices merged by np.unique at most; more are merged through a mask (numpy's sort holds the GIL)
 UNIQUE_MAX = 1 << 18
+#: seconds a snapshot or merged delta waits for the worker's file to be at the logged version
+#: (a publish the worker wrote and the daemon has not logged yet) before it answers 503
+BEHIND_WAIT = 10.0
+
+
+class _Behind(Exception):
+    """The worker's file is not at the version logged here (yet): try again after the lock."""
 
 
 class SnapshotBody:
@@ -124,6 +134,7 @@ class ServedModel:
         self._merge_cache_size = merge_cache
         self._lock = threading.Lock()
         self._x: dict[str, np.ndarray] = {}
+        self._file: PublicReader | None = None  # attach(): x̂ read from the worker's file
         self._epoch = epoch
         self._version = 0
         self._step = 0
@@ -187,9 +198,29 @@ class ServedModel:
         genesis = digest(x, self.spec) if h.version == 0 else ""
         with self._lock:
             self._x = x
+            self._file = None
             self._genesis = genesis
             self._epoch, self._version = h.epoch, h.version
             self._step, self._loss = h.step, h.loss
+            self._log.clear()
+            self._log_nbytes = 0
+            self._snapshot = None
+            self._merged.clear()
+            self._ready = True
+
+    def attach(self, reader: PublicReader, epoch: str, version: int, genesis: str = "") -> None:
+        """Serve x̂ from the worker's file (wire/public_file.py) from now on, at ``version`` of
+        ``epoch`` (``genesis``: its digest at version 0, as the worker computed it); the log starts
+        empty. No copy of x̂ is made: snapshots and merged deltas read the file."""
+        if reader.spec != self.spec:
+            raise PayloadError("the public file holds another model")
+        _, _, step, loss = reader.state()
+        with self._lock:
+            self._x = {}
+            self._file = reader
+            self._genesis = genesis if version == 0 else ""
+            self._epoch, self._version = epoch, version
+            self._step, self._loss = step, loss
             self._log.clear()
             self._log_nbytes = 0
             self._snapshot = None
@@ -217,7 +248,8 @@ class ServedModel:
                 raise PayloadError("delta of another epoch")
             if h.base_version != self._version:
                 raise PayloadError(f"delta base {h.base_version} != version {self._version}")
-            for name, (idx, vals) in payload.entries.items():
+            applied = payload.entries if self._file is None else {}  # the worker's file holds them already
+            for name, (idx, vals) in applied.items():
                 x = self._x[name]
                 if idx.size == x.size:  # every element (an adopted model published whole): idx is 0..n-1
                     x += vals  # the same float32 adds, without a gather and a scatter of the whole model
@@ -278,7 +310,30 @@ class ServedModel:
 
     def serve(self, since: int | None, epoch: str | None, chain: bool = False,
               genesis: str | None = None) -> ServeResult:
-        """The answer to ``GET /v1/model?since=&epoch=[&chain=1][&genesis=]`` (module docstring)."""
+        """The answer to ``GET /v1/model?since=&epoch=[&chain=1][&genesis=]`` (module docstring).
+        From a thread: it may encode, and wait for the worker's file to reach the logged version."""
+        deadline = time.monotonic() + BEHIND_WAIT
+        while True:
+            try:
+                return self._serve(since, epoch, chain, genesis)
+            except _Behind:
+                if time.monotonic() > deadline:  # e.g. a worker that died halfway through a publish
+                    return ServeResult(503, b"", "unavailable", self._version)
+                time.sleep(0.005)
+
+    def _values(self, indices: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """x̂ at the logged version: a copy of every tensor, or the values at ``indices``.
+        Caller holds the lock; raises _Behind when the worker's file is elsewhere just now."""
+        if self._file is None:
+            if indices is None:
+                return {name: a.copy() for name, a in self._x.items()}
+            return {name: self._x[name][idx] for name, idx in indices.items()}
+        got = self._file.read(self._version, indices)
+        if got is None:
+            raise _Behind
+        return got
+
+    def _serve(self, since: int | None, epoch: str | None, chain: bool, genesis: str | None) -> ServeResult:
         with self._lock:
             epoch = self._asked_epoch(since, epoch, genesis)
             cheap = self._serve_cheap(since, epoch)
@@ -304,7 +359,7 @@ class ServedModel:
                 header = self.spec.header("snapshot", self.node_id, self._epoch, v,
                                           base_version=-1, step=self._step, loss=self._loss)
                 self._snapshot = None  # the old copy goes before the new one is made
-                copy = {name: a.copy() for name, a in self._x.items()}  # publishes go on while it streams
+                copy = self._values()  # publishes go on while it streams
                 self._snapshot = (v, SnapshotBody(encode_parts(Snapshot(header, copy))))
                 self._snapshot_at = time.monotonic()
             return ServeResult(200, b"", "snapshot", self._snapshot[0], self._snapshot[1])
@@ -327,9 +382,10 @@ class ServedModel:
         for entry in islice(self._log, start, None):
             for name, idx in entry.indices.items():
                 touched.setdefault(name, []).append(idx)
-        entries = {}
+        sizes = {t.name: t.numel for t in self.spec.tensors}
+        union: dict[str, np.ndarray] = {}
         for name, parts in touched.items():
-            numel = self._x[name].size
+            numel = sizes[name]
             if len(parts) == 1:
                 idx = parts[0]
             elif sum(p.size for p in parts) > min(numel // 8, UNIQUE_MAX):  # dense publishes, big ones:
@@ -341,7 +397,9 @@ class ServedModel:
                 idx = np.flatnonzero(mask).astype(parts[0].dtype)
             else:
                 idx = np.unique(np.concatenate(parts))
-            entries[name] = (idx, self._x[name][idx])
+            union[name] = idx
+        values = self._values(union)
+        entries = {name: (idx, values[name]) for name, idx in union.items()}
         header = self.spec.header("delta", self.node_id, self._epoch, self._version,
                                   base_version=since, step=self._step, loss=self._loss,
                                   op="set")

@@ -6,12 +6,17 @@ publish: q = C(x - x_hat) per tensor with the configured sparsifier; x_hat += q;
 What C leaves out stays in x - x_hat and goes out in a later publish, so nothing is lost.
 x_hat is updated with exactly the values put on the wire (after float16 rounding when that is
 the wire type), so every replica built from the wire equals it bit for bit.
+
+For a model of ``DISK_FROM`` float32 bytes or more (given a folder), x_hat lives in a file
+mapped into the worker (wire/public_file.py) that the daemon reads to serve it: the daemon then
+keeps no model-sized copy of its own, and the hello carries no snapshot.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,6 +24,10 @@ from torch import nn
 
 from p2pnode.compression.base import Sparsifier
 from p2pnode.wire.codec import encode
+from p2pnode.wire.genesis import digest
+from p2pnode.wire.public_file import NAME as PUBLIC_FILE
+from p2pnode.wire.public_file import PublicFile
+from p2pnode.wire.replica import DISK_FROM
 from p2pnode.wire.payload import Delta, Header, ModelSpec, Snapshot
 from p2pnode.wire.rounding import round_for_wire
 
@@ -58,7 +67,7 @@ class DeltaPublisher:
     """Owns x_hat; each ``publish`` moves it towards the model and returns the encoded delta."""
 
     def __init__(self, model: nn.Module, spec: ModelSpec, sparsifier: Sparsifier, node_id: str,
-                 epoch: str, version: int, value_dtype: str = "float32") -> None:
+                 epoch: str, version: int, value_dtype: str = "float32", folder: Path | None = None) -> None:
         self.model = model
         self.spec = spec
         self.sparsifier = sparsifier
@@ -66,9 +75,17 @@ class DeltaPublisher:
         self.epoch = epoch
         self.version = version
         self.value_dtype = value_dtype
+        #: x_hat in a file the daemon reads (a big model), or None: x_hat in this process only
+        self.file: PublicFile | None = None
         # x_hat lives on the CPU whatever training.device is: it is what goes on the wire
-        self.xhat = {k: v.detach().reshape(-1).to("cpu", torch.float32, copy=True)
-                     for k, v in floating_state(model).items()}
+        if folder is not None and 4 * spec.numel >= DISK_FROM and all(t.dtype == "float32" for t in spec.tensors):
+            self.file = PublicFile(folder / PUBLIC_FILE, spec,
+                                   {k: v.detach().reshape(-1).to("cpu", torch.float32).numpy()
+                                    for k, v in floating_state(model).items()}, version)
+            self.xhat = {k: torch.from_numpy(a) for k, a in self.file.arrays.items()}
+        else:
+            self.xhat = {k: v.detach().reshape(-1).to("cpu", torch.float32, copy=True)
+                         for k, v in floating_state(model).items()}
 
     def _header(self, kind: str, base: int, step: int, loss: float) -> Header:
         loss = loss if math.isfinite(loss) else -1.0  # -1: not known yet (before the first step)
@@ -80,6 +97,16 @@ class DeltaPublisher:
         tensors = {k: v.numpy() for k, v in self.xhat.items()}
         return encode(Snapshot(self._header("snapshot", self.version, step, loss), tensors))
 
+    def hello_fields(self, step: int, loss: float) -> tuple[bytes, str, str]:
+        """What a Hello says of x_hat: (snapshot, public_file, genesis): a snapshot, or with a
+        file its path and the genesis digest (the daemon reads the rest from the file: no
+        model-sized message)."""
+        if self.file is None:
+            return self.snapshot(step, loss), "", ""
+        self.file.end(self.version, step, loss if math.isfinite(loss) else -1.0)
+        genesis = digest({k: v.numpy() for k, v in self.xhat.items()}, self.spec) if self.version == 0 else ""
+        return b"", str(self.file.path), genesis
+
     @torch.no_grad()
     def publish(self, step: int, loss: float, full: bool = False) -> bytes:
         """The next delta: the sparsifier's choice of x - x_hat, or with ``full`` every entry
@@ -87,6 +114,8 @@ class DeltaPublisher:
         a public copy half old, half adopted is far from every peer's, an outlier to them)."""
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         current = floating_state(self.model)
+        if self.file is not None:
+            self.file.begin()  # the daemon's reads of x_hat retry until end()
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
             idx = torch.arange(diff.numel()) if full else self.sparsifier.select(diff)
@@ -102,5 +131,7 @@ class DeltaPublisher:
             entries[name] = (idx_np.astype(np.uint32), values)
         base = self.version
         self.version += 1
+        if self.file is not None:
+            self.file.end(self.version, step, loss if math.isfinite(loss) else -1.0)
         return encode(Delta(self._header("delta", base, step, loss), entries),
                       value_dtype="float32" if full else self.value_dtype)

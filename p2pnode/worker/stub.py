@@ -39,7 +39,10 @@ from p2pnode.wire.payload import (
 )
 from p2pnode.wire.codec import encode as encode_payload
 from p2pnode.wire.codec import payload_limit
-from p2pnode.wire.replica import ReplicaCache, ReplicaGap
+from p2pnode.wire.genesis import digest
+from p2pnode.wire.public_file import NAME as PUBLIC_FILE
+from p2pnode.wire.public_file import PublicFile
+from p2pnode.wire.replica import DISK_FROM, ReplicaCache, ReplicaGap, replica_folder
 from p2pnode.worker.process import PeerLoop, run_spawned
 from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
 
@@ -98,7 +101,11 @@ class StubWorker(PeerLoop):
         self.resumed = self._load()
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
         self.published_step = self.step
-        self.xhat = {k: v.copy() for k, v in self.x.items()}
+        #: a big model's x̂ is a file the daemon reads to serve it (wire/public_file.py)
+        self.public_file = (PublicFile(replica_folder(cfg.node.state_dir) / PUBLIC_FILE, spec, self.x, self.version)
+                            if 4 * spec.numel >= DISK_FROM else None)
+        self.xhat = (dict(self.public_file.arrays) if self.public_file is not None
+                     else {k: v.copy() for k, v in self.x.items()})
         #: x̂ at version 0, a peer's replica's start when our first fetch named it (wire/genesis.py)
         self.genesis = {k: v.copy() for k, v in self.xhat.items()} if self.version == 0 else None
         self.epoch = secrets.token_hex(6)
@@ -156,14 +163,22 @@ class StubWorker(PeerLoop):
         return encode_payload(Delta(header, entries))
 
     def hello(self) -> None:
+        if self.public_file is None:
+            snapshot, path, genesis = self._payload("snapshot", self.version, None), "", ""
+        else:  # the daemon reads x̂ from the file
+            self.public_file.end(self.version, self.step, self.loss)
+            snapshot, path = b"", str(self.public_file.path)
+            genesis = digest(self.xhat, self.spec) if self.version == 0 else ""
         self.send(Hello(fingerprint=self.spec.fingerprint, epoch=self.epoch, version=self.version, step=self.step,
-                        samples=self.samples, snapshot=self._payload("snapshot", self.version, None),
+                        samples=self.samples, snapshot=snapshot, public_file=path, genesis=genesis,
                         resumed=self.resumed, params=self.spec.numel))
 
     def publish(self, full: bool = False) -> None:
         """q = top-k of x - x_hat per tensor (every entry with ``full``: after an adoption);
         x_hat += q; send the encoded delta."""
         entries = {}
+        if self.public_file is not None:
+            self.public_file.begin()  # the daemon's reads of x̂ retry until end()
         for name, xhat in self.xhat.items():
             # top-k within each window moved since the last publish (the whole tensor of the
             # small model, or after an adoption): elsewhere x̂ already equals x
@@ -182,6 +197,8 @@ class StubWorker(PeerLoop):
             xhat[idx] += values
             entries[name] = (idx, values)
         self.version += 1
+        if self.public_file is not None:
+            self.public_file.end(self.version, self.step, self.loss)
         self.published_step = self.step
         self.send(Published(version=self.version, delta=self._payload("delta", self.version - 1, entries)))
 

@@ -17,6 +17,7 @@ from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.models import fingerprint
 from p2pnode.pipe_protocol import Evaluated, Hello
+from p2pnode.wire.replica import replica_folder
 from p2pnode.wire.payload import ModelSpec
 from p2pnode.worker.process import WorkerLoop
 from p2pnode.worker.public import DeltaPublisher, floating_state
@@ -61,7 +62,8 @@ class TrainerLoop(WorkerLoop):
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
-                                     secrets.token_hex(6), version, cfg.compression.value_dtype)
+                                     secrets.token_hex(6), version, cfg.compression.value_dtype,
+                                     replica_folder(cfg.node.state_dir))
 
     def resume_extra(self, state: dict[str, Any]) -> None:
         """Read what a subclass adds to the checkpoint (``checkpoint_state``) from the state
@@ -70,8 +72,9 @@ class TrainerLoop(WorkerLoop):
     def hello_message(self, **extra: Any) -> Hello:
         """Our Hello: the model, x̂ as a snapshot, the counters; ``extra`` fields added."""
         t = self.trainer
+        snapshot, public_file, genesis = self.public.hello_fields(t.step, t.loss_ema)
         return Hello(fingerprint=self.spec.fingerprint, epoch=self.public.epoch, version=self.public.version,
-                     step=t.step, samples=t.samples, snapshot=self.public.snapshot(t.step, t.loss_ema),
+                     step=t.step, samples=t.samples, snapshot=snapshot, public_file=public_file, genesis=genesis,
                      resumed=self.resumed, params=sum(p.numel() for p in t.model.parameters()), **extra)
 
     def hello(self) -> None:

@@ -1,0 +1,179 @@
+"""A big model's public copy x̂ in one file: the worker's x̂ itself, read by the daemon to serve.
+
+For a model of ``DISK_FROM`` float32 bytes or more the worker keeps x̂ in this file, mapped into
+its memory (``PublicFile``: the arrays it publishes from are views of the mapping), and the
+daemon serves snapshots and merged deltas by reading the file (``PublicReader``, ``pread``: the
+pages are never mapped into the daemon, so they are not in its resident set). The daemon then
+holds no model-sized mirror of x̂ of its own, and the worker's hello carries no snapshot.
+
+Layout: a header (magic, a sequence number, version, step, loss, the model's spec as JSON), then
+the tensors' float32 values back to back in the spec's order from a page boundary.
+
+A read must see x̂ at one version, never half a publish. The worker changes x̂ only between
+``begin`` and ``end``, which make the sequence number odd and then even again (a *seqlock*); a
+reader reads the header, the values, then the sequence number again, and keeps what it read only
+if the number was even and did not change and the version is the one it wants. A reader never
+blocks the worker. (Ordering: the writer's stores and the reader's loads are each seen in
+program order on x86-64, the machines this runs on; ``pread`` is a system call, itself a full
+barrier on the reader's side.)
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from p2pnode.wire.payload import ModelSpec, PayloadError, TensorSpec
+
+MAGIC = b"P2PXHAT1"
+#: magic, sequence (u64), version (i64), step (i64), loss (f64), spec length (u32)
+_HEAD = struct.Struct("<8sQqqdI")
+_STATE = struct.Struct("<Qqqd")  # the part a reader reads again: sequence, version, step, loss
+_STATE_AT = 8
+_SPEC_AT = 64
+PAGE = 4096
+#: the file's name in the worker's scratch folder (replica_folder)
+NAME = "public.xhat"
+
+
+def _data_at(spec_len: int) -> int:
+    return -(-(_SPEC_AT + spec_len) // PAGE) * PAGE
+
+
+def _spec_json(spec: ModelSpec) -> bytes:
+    return json.dumps({"fp": spec.fingerprint,
+                       "specs": [[t.name, list(t.shape), t.dtype] for t in spec.tensors]}).encode()
+
+
+def _offsets(spec: ModelSpec, at: int) -> dict[str, tuple[int, int]]:
+    out = {}
+    for t in spec.tensors:
+        out[t.name] = (at, t.numel)
+        at += 4 * t.numel
+    return out
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class PublicFile:
+    """The worker's side: x̂ in ``path`` (made anew: a file left by an earlier worker is removed
+    first, so a daemon still reading that one keeps its own), filled with ``arrays``.
+    :attr:`arrays` are writable views of the mapping; change them only between :meth:`begin`
+    and :meth:`end`. The file is removed when this object is closed or collected."""
+
+    def __init__(self, path: Path, spec: ModelSpec, arrays: Mapping[str, np.ndarray], version: int,
+                 step: int = 0, loss: float = -1.0) -> None:
+        if any(t.dtype != "float32" for t in spec.tensors):
+            raise ValueError("a public file holds float32 tensors only")
+        self.path = path
+        self.spec = spec
+        spec_bytes = _spec_json(spec)
+        data_at = _data_at(len(spec_bytes))
+        size = data_at + 4 * spec.numel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)  # MAP_SHARED: the daemon's reads see these pages
+        finally:
+            os.close(fd)
+        self._closer = weakref.finalize(self, _unlink, str(path))
+        self._map[:_SPEC_AT] = _HEAD.pack(MAGIC, 0, version, step, loss, len(spec_bytes)).ljust(_SPEC_AT, b"\0")
+        self._map[_SPEC_AT:_SPEC_AT + len(spec_bytes)] = spec_bytes
+        self._seq = np.frombuffer(self._map, dtype="<u8", count=1, offset=_STATE_AT)
+        self.arrays: dict[str, np.ndarray] = {}
+        for name, (at, numel) in _offsets(spec, data_at).items():
+            view = np.frombuffer(self._map, dtype=np.float32, count=numel, offset=at)
+            view[:] = np.asarray(arrays[name], dtype=np.float32).reshape(-1)
+            self.arrays[name] = view
+
+    def begin(self) -> None:
+        """x̂ is about to change: readers now retry (the sequence number is odd)."""
+        seq = int(self._seq[0])
+        self._seq[0] = seq + 1 - (seq & 1)
+
+    def end(self, version: int, step: int, loss: float) -> None:
+        """x̂ is now at ``version`` (its step and loss as published). The version is written
+        while the sequence number is still odd, the number last."""
+        self.begin()
+        self._map[_STATE_AT + 8:_STATE_AT + _STATE.size] = _STATE.pack(0, version, step, loss)[8:]
+        self._seq[0] += 1
+
+    def close(self) -> None:
+        """Remove the file (a daemon that opened it keeps reading what it holds)."""
+        self._closer()
+
+
+class PublicReader:
+    """The daemon's side: reads x̂ from a :class:`PublicFile` at one version (module docstring)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDONLY)
+        self._closer = weakref.finalize(self, os.close, self._fd)
+        head = os.pread(self._fd, _HEAD.size, 0)
+        if len(head) != _HEAD.size or head[:8] != MAGIC:
+            self.close()
+            raise PayloadError(f"{self.path} is not a public model file")
+        spec_len = _HEAD.unpack(head)[5]
+        try:
+            raw = json.loads(os.pread(self._fd, spec_len, _SPEC_AT))
+            self.spec = ModelSpec(str(raw["fp"]), [TensorSpec(str(n), tuple(int(d) for d in s), str(dt))
+                                                   for n, s, dt in raw["specs"]])
+        except (ValueError, KeyError, TypeError) as exc:
+            self.close()
+            raise PayloadError(f"{self.path}: bad model spec ({exc})") from None
+        data_at = _data_at(spec_len)
+        if os.fstat(self._fd).st_size != data_at + 4 * self.spec.numel:
+            self.close()
+            raise PayloadError(f"{self.path}: size does not match its spec")
+        self._where = _offsets(self.spec, data_at)
+
+    def state(self) -> tuple[int, int, int, float]:
+        """(sequence, version, step, loss) now; an odd sequence: a publish is under way."""
+        seq, version, step, loss = _STATE.unpack(os.pread(self._fd, _STATE.size, _STATE_AT))
+        return int(seq), int(version), int(step), float(loss)
+
+    def _tensor(self, name: str) -> np.ndarray:
+        at, numel = self._where[name]
+        out = np.empty(numel, dtype=np.float32)
+        view = out.data.cast("B")
+        done = 0
+        while done < view.nbytes:  # preadv lets go of the GIL
+            n = os.preadv(self._fd, [view[done:]], at + done)
+            if n <= 0:
+                raise OSError(f"{self.path} ended early")
+            done += n
+        return out
+
+    def read(self, version: int, indices: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray] | None:
+        """x̂'s values at ``version``: every tensor (fresh arrays), or only those at ``indices``
+        per tensor; None if the file is not at that version now or a publish changed it while it
+        was read (try again)."""
+        seq, at, _, _ = self.state()
+        if seq & 1 or at != version:
+            return None
+        out: dict[str, np.ndarray] = {}
+        names = self.spec.names if indices is None else list(indices)
+        for name in names:
+            values = self._tensor(name)
+            out[name] = values if indices is None else values[indices[name]]
+        if self.state()[0] != seq:
+            return None
+        return out
+
+    def close(self) -> None:
+        self._closer()
