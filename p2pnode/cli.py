@@ -111,11 +111,20 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def _mode_lines(m: Any) -> list[str]:
+    """The mode, the setting and why (exchange.sync = "auto": config/mode_rule.py), and its advice."""
+    if not isinstance(m, dict) or "name" not in m:
+        return []  # a node from before status named its mode
+    return ([f"mode      {m['name']}  (exchange.sync = {m.get('setting')}: {m.get('why')})"]
+            + ([f"advice    {m['advice']}"] if m.get("advice") else []))
+
+
 def render_status(s: dict[str, Any]) -> str:
     t, ex, b = s["training"], s["exchanges"], s["bytes"]
     lines = [
         f"node {s['node_id']} at {s['addr']}  (p2pnode {s['version']}, up {s['uptime_s']:.0f} s, "
         f"incarnation {s['incarnation']})",
+        *_mode_lines(s.get("mode")),
         f"training  step {t['step']}  samples {t['samples']}  loss {_fmt(t['loss'])}  lr {_fmt(t['lr'])}"
         f"{'  (done)' if t['done'] else ''}",
         f"test      accuracy {_fmt(t['accuracy'])} at step {t['eval_step']} on {t['eval_samples']} images"

@@ -69,6 +69,10 @@ class Hello(Message):
     public_file: str = ""
     #: with ``public_file`` at version 0: the digest of x_hat then (wire/genesis.py)
     genesis: str = ""
+    #: the optimizer's class name, and whether it adapts each coordinate's step (AdamW...): in
+    #: gossip such a cluster learns barely better than a node alone; status says so (mode_rule.py)
+    optimizer: str = ""
+    adaptive: bool = False
 
 
 @dataclass

@@ -96,7 +96,9 @@ def oversized_post(addr: str, limit: int, headers: dict[str, str], peer: str = "
 @pytest.mark.timeout(90)
 def test_secret_cluster_signs_checks_and_refuses_strangers(cluster) -> None:
     limit = 4 * 1024 * 1024
-    same = [*STUB, "--set", f"node.secret={SECRET.decode()}", "--set", f"http.max_request_bytes={limit}"]
+    # gossip named: "auto" with a secret would pick the synchronous mode, which exchanges no models
+    same = [*STUB, "--set", f"node.secret={SECRET.decode()}", "--set", f"http.max_request_bytes={limit}",
+            "--set", "exchange.sync=none"]
     a = cluster("a", extra=same)
     b = cluster("b", seeds=[a.addr], extra=same)
     stranger = cluster("c", seeds=[a.addr], extra=[*STUB, "--set", "node.secret=another secret"])

@@ -113,7 +113,8 @@ def test_answers_to_signed_requests_are_signed_and_bound_to_the_request(cluster:
 def test_a_tampered_model_answer_is_refused(cluster: Callable[..., NodeProc],
                                             fake_peer: Callable[[str], FakePeer], tmp_path: Path) -> None:
     fake = fake_peer("tamper")
-    common = [*STUB, "--set", f"node.secret={SECRET.decode()}", "--set", "exchange.every=1"]
+    common = [*STUB, "--set", f"node.secret={SECRET.decode()}", "--set", "exchange.every=1",
+              "--set", "exchange.sync=none"]  # gossip's fetch is what is tampered with
     victim = cluster("victim", extra=common)
     ready(victim)
     evil = cluster("evil", seeds=[victim.addr], extra=[*common, "--advertise", fake.addr])

@@ -74,7 +74,8 @@ def run_threads(n: int, fn: Callable[[int], None]) -> None:
 @pytest.mark.parametrize("secret", [False, True])
 def test_sixteen_chunked_60mib_garbage_pushes_refused_while_streaming(cluster: Callable[..., NodeProc],
                                                                        tmp_path: Path, secret: bool) -> None:
-    extra = [*STUB, "--set", "exchange.accept_pushes=any"]  # bodies are the point: no 403 from the headers
+    # bodies are the point: no 403 from the headers; gossip's routes, with a secret or without
+    extra = [*STUB, "--set", "exchange.accept_pushes=any", "--set", "exchange.sync=none"]
     # with a secret, an unsigned body is refused (401) from its headers; the attacker sends a
     # made-up signature, which can only be checked once the body is in, so the body is read
     forged = f"X-P2P-Timestamp: {int(time.time())}\r\nX-P2P-Signature: {'0' * 64}\r\n" if secret else ""
@@ -188,7 +189,7 @@ def test_a_stalled_body_gets_408_and_frees_its_slot(cluster: Callable[..., NodeP
 @pytest.mark.parametrize("secret", [False, True])
 def test_chunked_64mib_to_a_membership_endpoint_refused_at_its_limit(cluster: Callable[..., NodeProc],
                                                                     secret: bool) -> None:
-    extra = [*STUB, *(["--set", "node.secret=s3cret"] if secret else [])]
+    extra = [*STUB, "--set", "exchange.sync=none", *(["--set", "node.secret=s3cret"] if secret else [])]
     victim = cluster("victim", extra=extra)
     wait_for(lambda: http_request(victim.addr, "GET", "/healthz")[0] == 200, 40, "the victim to be ready")
     # a made-up signature passes the header check; the body is read, under the endpoint's 64 KiB

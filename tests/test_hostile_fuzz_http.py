@@ -40,7 +40,9 @@ def rss(pid: int) -> int:
 
 @pytest.fixture(scope="module", params=[False, True], ids=["open", "secret"])
 def daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProc]:
-    extra = [*STUB, "--set", "http.rate_per_source=0", "--set", "http.snapshot_rate_per_source=0"]
+    # gossip's routes, with a secret or without ("auto" would pick the synchronous mode with one)
+    extra = [*STUB, "--set", "http.rate_per_source=0", "--set", "http.snapshot_rate_per_source=0",
+             "--set", "exchange.sync=none"]
     if request.param:
         extra += ["--set", "node.secret=fuzz"]
     node = NodeProc(tmp_path_factory.mktemp("fuzz"), "a", [], extra).start()

@@ -12,11 +12,13 @@ from p2pnode.modes import MODES, mode_for
 
 
 def configs() -> list[tuple[str, str, Config | None]]:
-    """(role, sync, the config, or None where the checks refuse it) for every pair."""
+    """(role, sync, the config, or None where the checks refuse it) for every pair, "auto" with a
+    cluster secret and without (its two outcomes for a peer)."""
     out = []
     for role in ROLES:
-        for sync in ("none", "powersgd"):
-            data = {"node": {"role": role, "seeds": ["127.0.0.1:9"]}, "exchange": {"sync": sync}}
+        for sync in ("none", "powersgd", "auto", "auto+secret"):
+            data = {"node": {"role": role, "seeds": ["127.0.0.1:9"], "secret": "s" if "secret" in sync else ""},
+                    "exchange": {"sync": sync.split("+")[0]}}
             try:
                 out.append((role, sync, Config.from_dict(data)))
             except ConfigError:
@@ -25,15 +27,16 @@ def configs() -> list[tuple[str, str, Config | None]]:
 
 
 def test_every_accepted_configuration_runs_exactly_one_mode() -> None:
-    accepted = 0
+    reached = set()
     for role, sync, cfg in configs():
         if cfg is None:
+            assert sync == "powersgd" and role != "peer", (role, sync)  # only that is refused
             continue
-        accepted += 1
         chosen = [m.__name__ for m in MODES if m.chosen(cfg)]
         assert len(chosen) == 1, (role, sync, chosen)
         assert mode_for(cfg).__name__ == chosen[0]
-    assert accepted == len(MODES)  # gossip, sync, ps, ps-worker: each reachable, none twice
+        reached.add(chosen[0])
+    assert reached == {m.__name__ for m in MODES}  # gossip, sync, ps, ps-worker: each reachable
 
 
 def test_each_mode_names_a_worker_module_that_exists() -> None:

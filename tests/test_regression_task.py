@@ -54,10 +54,13 @@ def test_a_gossip_node_with_an_adaptive_optimizer_is_told_what_was_measured(capl
     from p2pnode.worker.training import advise_adaptive
 
     params = [nn.Parameter(torch.zeros(2))]
-    gossip, sync = Config(), Config()
-    set_option(sync, "exchange.sync", "powersgd")
+    gossip, trusted, chosen = Config(), Config(), Config()  # "auto" without a secret: gossip
+    set_option(trusted, "node.secret", "s")  # "auto" with one: the synchronous mode
+    set_option(chosen, "node.secret", "s")
+    set_option(chosen, "exchange.sync", "none")  # gossip by hand, a secret or not
     assert advise_adaptive(torch.optim.AdamW(params), gossip)
-    assert advise_adaptive(torch.optim.Adam(params), gossip)
-    assert not advise_adaptive(torch.optim.AdamW(params), sync)  # the mode it is told to use
+    assert "cluster secret" in caplog.text  # type: ignore[attr-defined]
+    assert advise_adaptive(torch.optim.Adam(params), chosen)
+    assert 'exchange.sync = "auto" or "powersgd"' in caplog.text  # type: ignore[attr-defined]
+    assert not advise_adaptive(torch.optim.AdamW(params), trusted)  # the mode it is told to use
     assert not advise_adaptive(torch.optim.SGD(params, lr=0.1, momentum=0.9), gossip)
-    assert "exchange.sync" in caplog.text  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ dashboard's bytes in and out."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -320,3 +321,39 @@ def test_a_slower_node_trains_on_part_of_its_batch_and_is_in_the_rounds(cluster)
     models = [torch.load(n.state_dir / "checkpoint.pt", weights_only=True)["model"] for n in nodes]
     for other in models[1:]:
         assert all(torch.equal(models[0][k], other[k]) for k in models[0])
+
+
+@pytest.mark.timeout(240)
+def test_the_default_picks_the_synchronous_mode_with_a_secret_and_gossip_without(cluster, tmp_path) -> None:
+    """``exchange.sync = "auto"``, the default (p2pnode/config/mode_rule.py), on real daemons: two
+    torch nodes that share a cluster secret, nothing set for the mode, report the synchronous
+    mode in status and run it (all-reduce rounds with both, no gossip exchange); a node without a
+    secret reports gossip, and ``p2pnode status`` prints the choice and why."""
+    secret = b"auto-mode-secret"
+    (tmp_path / "secret").write_bytes(secret + b"\n")
+    run = ["--set", f"node.secret_file={tmp_path / 'secret'}", "--set", "training.min_peers=1",
+           "--set", "training.max_samples=640", "--set", "training.eval_every=0"]
+    a = cluster("a", extra=[*run, "--shard", "0/2"])
+    b = cluster("b", seeds=[a.addr], extra=[*run, "--shard", "1/2"])
+    open_node = cluster("open", extra=STUB)
+
+    def signed(node) -> dict | None:
+        code, _, body = http_request(node.addr, "GET", "/v1/status", secret=secret)
+        return json.loads(body) if code == 200 else None
+
+    wait_for(lambda: all((s := signed(n)) is not None and finished(s) for n in (a, b)), 180, "both nodes done")
+    for node in (a, b):
+        s = signed(node)
+        assert s is not None
+        mode = s["mode"]
+        assert (mode["name"], mode["setting"]) == ("powersgd", "auto") and "cluster secret" in mode["why"], mode
+        assert mode["optimizer"] == "SGD" and mode["adaptive"] is False and mode["advice"] is None, mode
+        assert s["sync"]["rounds"] >= s["training"]["step"] - 2 and s["sync"]["last_count"] == 2, s["sync"]
+        assert s["exchanges"]["done"] == 0  # no gossip beside it
+        assert "mode powersgd (exchange.sync = auto)" in node.log()
+    g = open_node.wait_ready()
+    assert (g["mode"]["name"], g["mode"]["setting"]) == ("gossip", "auto") and "no cluster secret" in g["mode"]["why"]
+    assert "sync" not in g
+    shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", open_node.addr], capture_output=True,
+                           text=True, timeout=60, check=True).stdout
+    assert "mode      gossip  (exchange.sync = auto: no cluster secret" in shown, shown

@@ -12,6 +12,7 @@ with code 2. None of it imports torch (the daemon process never loads it).
 - ``schema.py``: the tables, their types and defaults (conf/node.toml shows the same)
 - ``load.py``: TOML, ``--set`` and merging, decoded by msgspec; its messages made one line
 - ``checks.py``: ``validate``: names against their tables, grammars, rules between keys
+- ``mode_rule.py``: ``exchange.sync = "auto"`` resolved to gossip or the synchronous mode, and why
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 
 from p2pnode.config.grammar import ConfigError, node_id_error, parse_hostport, parse_shard, task_name_error
 from p2pnode.config.load import decode, merge
+from p2pnode.config.mode_rule import sync_of
 from p2pnode.config.schema import Config
 from p2pnode.config.swim import SwimConfig
 
@@ -77,9 +78,11 @@ def _check_training(cfg: Config) -> None:
 
 def _check_exchange(cfg: Config) -> None:
     x = cfg.exchange
-    if x.sync != "none" and cfg.node.role != "peer":
+    # "auto" is gossip for the parameter server's roles and with training.outer (mode_rule.py):
+    # only an explicit "powersgd" can ask for what cannot run
+    if x.sync == "powersgd" and cfg.node.role != "peer":
         raise ConfigError(f"exchange.sync: {x.sync} is for peers, not node.role = {cfg.node.role!r}")
-    if x.sync != "none" and cfg.training.outer != "none":
+    if sync_of(cfg) != "none" and cfg.training.outer != "none":
         raise ConfigError("exchange.sync: an all-reduce every step leaves no rounds for training.outer")
     if cfg.training.outer == "nesterov" and x.robust == "clip":
         # measured: after a round of local steps honest models are far apart, and the clipper

@@ -219,8 +219,10 @@ class ExchangeConfig(Table):
     #: (synchronous PowerSGD through the member with the lowest id, p2pnode/sync/), so no node
     #: drifts towards its own data; no gossip runs beside it. Each step waits for the other
     #: nodes, up to sync_timeout (a dead or late node is left out of that step). "none": no
-    #: all-reduce, gossip as configured (the default). docs/ALGORITHMS.md, "Synchronous PowerSGD"
-    sync: Literal["none", "powersgd"] = "none"
+    #: all-reduce, gossip as configured. "auto" (the default): "powersgd" for peers with a
+    #: cluster secret (node.secret or node.secret_file) and training.min_peers under 8, else
+    #: "none" (p2pnode/config/mode_rule.py; docs/ALGORITHMS.md, "Gossip or the synchronous mode")
+    sync: Literal["auto", "none", "powersgd"] = "auto"
     #: rank of PowerSGD's approximation of each weight matrix's mean gradient (24 with int4
     #: values: the bytes of rank 12 in int8 and of rank 6 in float16, and nearer DDP on skewed
     #: shards; docs/ALGORITHMS.md)

@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from p2pnode import __version__
-from p2pnode.config import Config, parse_hostport
+from p2pnode.config import Config, mode_rule, parse_hostport
 from p2pnode.dashboard import routes as dashboard
 from p2pnode.daemon import early_signals, identity, journal, notify
 from p2pnode.exchange.rounds import Exchange
@@ -134,7 +134,7 @@ class Node:
 
     def status(self) -> dict[str, Any]:
         assert self.membership is not None and self.exchange is not None
-        ex = self.exchange.status()
+        ex, st = self.exchange.status(), self.supervisor.state
         out: dict[str, Any] = {
             "node_id": self.node_id,
             "addr": self.addr,
@@ -149,6 +149,8 @@ class Node:
                        "gradient": self.cfg.compression.gradient, "publish": self.cfg.compression.publish,
                        "membership": self.cfg.membership.protocol},
             "training": self.supervisor.state.to_json(),
+            # the mode, the setting and why (config/mode_rule.py), with what the worker knows
+            "mode": mode_rule.status(mode_rule.choose(self.cfg), st.optimizer, st.adaptive, st.classes),
             "served_model": self.supervisor.model.status(),
             "exchanges": ex["totals"],
             "bootstrapped_from": ex["bootstrapped_from"],
@@ -318,6 +320,8 @@ class Node:
                 # the simple protocol takes any member list and any leave it is sent (MEMBERSHIP.md)
                 log.warning("membership.protocol = simple without a secret: any host can add members or "
                             "mark one left; use it only on a trusted network, or use swim (the default)")
+        choice = mode_rule.choose(self.cfg)
+        log.info("mode %s (exchange.sync = %s): %s", choice.name, choice.setting, choice.why)
         mode.start(self.secret)
         code = 0
         try:

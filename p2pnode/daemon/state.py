@@ -49,6 +49,9 @@ class TrainingState:
     classes: list[int] = field(default_factory=list)
     #: BatchNorm layers in the model (Hello)
     batchnorm_layers: int = 0
+    #: the task's optimizer (its class name) and whether it is adaptive (Hello)
+    optimizer: str = ""
+    adaptive: bool = False
     fingerprint: str = ""
     epoch: str = ""
     resumed: bool = False

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from p2pnode import worker as worker_process
 from p2pnode.config import CompressionConfig, Config
+from p2pnode.config.mode_rule import sync_of
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import ModelSource, StepClock, TrainingState
@@ -202,7 +203,7 @@ class WorkerSupervisor:
         denser copies 0.43-0.62 and 0.81, the synchronous mode 0.73 and 0.82), so the operator
         is told what measured better, as for skewed labels."""
         cfg = self.cfg
-        if (not layers or self._advised_batchnorm or cfg.exchange.sync != "none" or cfg.node.role != "peer"
+        if (not layers or self._advised_batchnorm or sync_of(cfg) != "none" or cfg.node.role != "peer"
                 or cfg.compression.publish != CompressionConfig().publish):  # a choice made: theirs
             return
         self._advised_batchnorm = True
@@ -220,6 +221,7 @@ class WorkerSupervisor:
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
         s.classes = list(msg.classes)
         s.batchnorm_layers = msg.batchnorm
+        s.optimizer, s.adaptive = msg.optimizer, msg.adaptive
         self._advise_batchnorm(msg.batchnorm)
         self.metrics.published_version.set(msg.version)
         await self.clock.tick()  # a new life: the exchange forgets its replica versions

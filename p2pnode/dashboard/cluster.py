@@ -140,9 +140,15 @@ def advice(own: dict[str, Any], skew: dict[str, float]) -> str | None:
     worst = max(skew.values(), default=0.0)
     if worst <= UNLIKE or "sync" in own or "ps" in own:  # not gossip: the all-reduce, or a parameter server
         return None
+    mode = _table(own, "mode")
+    if mode.get("setting") == "auto":  # gossip for want of a secret (config/mode_rule.py)
+        how = ("; give every node a cluster secret (node.secret_file) and exchange.sync = \"auto\" picks it "
+               "(docs/ALGORITHMS.md, \"Gossip or the synchronous mode\")")
+    else:
+        how = " (docs/ALGORITHMS.md, \"Synchronous PowerSGD\"), among machines you trust"
     return (f"the nodes' label distributions differ (up to {worst:.2f} apart, total variation): gossip ends "
-            "3-8 points under all-reduce on such data; exchange.sync = \"powersgd\" learns it within 0.5 "
-            "(docs/ALGORITHMS.md, \"Synchronous PowerSGD\"), among machines you trust")
+            "3-8 points under all-reduce on such data; the synchronous mode (exchange.sync = \"powersgd\") "
+            f"learns it within 0.5{how}")
 
 
 def edge_counters(statuses: dict[str, dict[str, Any]]) -> dict[tuple[str, str], int]:

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from p2pnode.config import Config
+from p2pnode.config.mode_rule import sync_of
 from p2pnode.dashboard.cluster import ClusterLimits, ClusterView, advise
 from p2pnode.dashboard.history import History
 from p2pnode.daemon.metrics import NodeMetrics
@@ -236,7 +237,7 @@ def install(app: web.Application, node: NodeLike) -> Dashboard:
 
     async def sampler(_app: web.Application) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(history.run(), name="history")]
-        if node.cfg.exchange.sync == "none" and node.cfg.node.role == "peer":  # gossip: the advice's case
+        if sync_of(node.cfg) == "none" and node.cfg.node.role == "peer":  # gossip: the advice's case
             tasks.append(asyncio.create_task(advise(view, has_peers), name="advise"))
         yield
         for task in tasks:

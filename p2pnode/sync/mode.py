@@ -1,4 +1,5 @@
-"""The synchronous mode's plug into the daemon (``exchange.sync = "powersgd"``, peers only):
+"""The synchronous mode's plug into the daemon (``exchange.sync = "powersgd"``, or "auto" with a
+cluster secret: p2pnode/config/mode_rule.py; peers only):
 its route ``POST /v1/sync``, the actor that carries the worker's contributions to the reducer,
 its status block, and its warnings. No gossip runs beside the all-reduce."""
 
@@ -11,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from p2pnode.config import Config
+from p2pnode.config.mode_rule import sync_of
 from p2pnode.daemon.http import PostRoutes
 from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
 from p2pnode.pipe_protocol import Message
@@ -26,7 +28,7 @@ class SyncMode(Mode):
 
     @classmethod
     def chosen(cls, cfg: Config) -> bool:
-        return cfg.exchange.sync != "none" and cfg.node.role == "peer"
+        return sync_of(cfg) == "powersgd" and cfg.node.role == "peer"
 
     def __init__(self, parts: NodeParts) -> None:
         super().__init__(parts)
@@ -52,7 +54,7 @@ class SyncMode(Mode):
         out["sync"] = self.actor.status()
         out["bytes"]["sync_received"] = self.actor.totals["bytes_received"]
         out["bytes"]["sync_sent"] = self.actor.totals["bytes_sent"]
-        out["consensus"] = {"reached": self.parts.supervisor.clock.done, "sync": self.parts.cfg.exchange.sync}
+        out["consensus"] = {"reached": self.parts.supervisor.clock.done, "sync": sync_of(self.parts.cfg)}
 
     def bytes_moved(self) -> ModeBytes:
         t, routes = self.actor.totals, self.actor.route_bytes
@@ -67,9 +69,10 @@ class SyncMode(Mode):
                         "and answer every node's step; use it only among machines you run, with "
                         "node.secret_file (docs/ALGORITHMS.md)", cfg.exchange.sync)
         if cfg.training.min_peers == 0:
-            log.warning("exchange.sync with training.min_peers = 0: this node steps from its start, alone "
-                        "until others join; set training.min_peers to the cluster's size less one to start "
-                        "every node together, as DDP's ranks do (docs/ALGORITHMS.md)")
+            picked = "" if cfg.exchange.sync == "powersgd" else " (exchange.sync = auto, with a cluster secret)"
+            log.warning("the synchronous mode%s with training.min_peers = 0: this node steps from its start, "
+                        "alone until others join; set training.min_peers to the cluster's size less one to start "
+                        "every node together, as DDP's ranks do (docs/ALGORITHMS.md)", picked)
 
     def joined(self) -> None:
         self.actor.joined.set()

@@ -16,6 +16,7 @@ import torch
 
 from p2pnode import checkpoint
 from p2pnode.config import Config
+from p2pnode.config.mode_rule import sync_of
 from p2pnode.data import DataError
 from p2pnode.partition import histogram
 from p2pnode.pipe_protocol import ADOPT, FETCH_FALLBACK, Applied, Evaluated, Message, PeerPayload, Progress, Published
@@ -32,7 +33,7 @@ from p2pnode.worker.process import PeerLoop, run_spawned
 from p2pnode.worker.public import floating_state
 from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
 from p2pnode.worker.trainer_loop import TrainerLoop
-from p2pnode.worker.training import RECOVERY_STEPS
+from p2pnode.worker.training import ADAPTIVE, RECOVERY_STEPS
 
 log = logging.getLogger("p2pnode.worker")
 
@@ -61,10 +62,11 @@ class Worker(TrainerLoop, PeerLoop):
         self.dirty = False
         self.waiting = cfg.training.min_peers > 0 and not self.resumed
         self.published_step = self.trainer.step
-        #: exchange.sync = "powersgd": the gradients' all-reduce (p2pnode/sync/)
+        #: the synchronous mode (exchange.sync, resolved: config/mode_rule.py): the gradients'
+        #: all-reduce (p2pnode/sync/)
         self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed,
                                cfg.exchange.sync_values)
-                     if cfg.exchange.sync == "powersgd" else None)
+                     if sync_of(cfg) == "powersgd" else None)
         self.all_reduce = (AllReduce(self.trainer, self.sync, self.sync_phase, cfg.exchange.sync_keep_pace)
                            if self.sync is not None else None)
         self.sync_result: SyncResult | None = None
@@ -76,7 +78,8 @@ class Worker(TrainerLoop, PeerLoop):
         t = self.trainer
         self.send(self.hello_message(
             classes=histogram(t.train_split.labels.numpy(), int(getattr(t.task, "num_classes", 0))),
-            batchnorm=len(batchnorm_layers(t.model))))
+            batchnorm=len(batchnorm_layers(t.model)), optimizer=type(t.optimizer).__name__,
+            adaptive=isinstance(t.optimizer, ADAPTIVE)))
         self.finished_before()
 
     def finished_before(self) -> None:

@@ -17,6 +17,7 @@ import torch
 
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.config import Config, parse_shard
+from p2pnode.config.mode_rule import ADAPTIVE_MEASURED, choose, remedy
 from p2pnode.tasks import loader, runtime
 from p2pnode.worker.batchnorm import batchnorm_layers, refresh_batchnorm
 from p2pnode.worker.public import KEEP_LOCAL
@@ -49,14 +50,14 @@ def build_optimizer(name: str, model: torch.nn.Module, lr: float, momentum: floa
 def advise_adaptive(optimizer: torch.optim.Optimizer, cfg: Config) -> bool:
     """Say once in the log, for a gossip node whose task brings an adaptive optimizer (AdamW...),
     what was measured: such a cluster ends barely above one node alone, the synchronous mode
-    near the all-reduce reference. Nothing told a user before. Returns whether it said so."""
-    if not isinstance(optimizer, ADAPTIVE) or cfg.exchange.sync != "none" or cfg.node.role != "peer":
+    near the all-reduce reference; and what would pick the synchronous mode (a cluster secret,
+    under exchange.sync = "auto"). Returns whether it said so."""
+    choice = choose(cfg)
+    if not isinstance(optimizer, ADAPTIVE) or choice.name != "gossip":
         return False
-    log.warning("the task's optimizer %s adapts each coordinate's step: in gossip mode a cluster with it "
-                "measured barely above one node alone (a regression task with AdamW, 3 nodes: 0.033 R^2 under "
-                "an all-reduce of gradients, 0.005 in the synchronous mode); among machines you run, set "
-                "exchange.sync = \"powersgd\" and training.min_peers (docs/ALGORITHMS.md, \"Adaptive optimizers "
-                "(AdamW) and averaging\")", type(optimizer).__name__)
+    fix = remedy(choice) or f"gossip was picked because {choice.why}"
+    log.warning("the task's optimizer %s adapts each coordinate's step: %s; %s (docs/ALGORITHMS.md, \"Adaptive "
+                "optimizers (AdamW) and averaging\")", type(optimizer).__name__, ADAPTIVE_MEASURED, fix)
     return True
 
 
