@@ -8,10 +8,13 @@ GPT-2-shaped example with ``--task gpt2``), a backward pass (the gradient), the 
 state after a step (SGD with momentum, or AdamW with ``--optimizer adamw``), the worker's public
 copy x̂ (``DeltaPublisher``) and a publish, its version-0 copy kept for replicas (in memory, or in
 a file: ``wire/replica.keep_genesis``), ``--replicas`` peers' replicas applied from snapshots (in
-memory, or in files: ``ReplicaCache`` with a folder), and the daemon's served mirror
-(``ServedModel``, reset from a snapshot). The daemon's and the worker's parts are added up as a
-node would hold them (two processes, each with its own interpreter; the daemon does not import
-torch).
+memory, or in files: ``ReplicaCache`` with a folder), and the daemon's side of serving: for a big
+model ``ServedModel.attach`` to the worker's x̂ in its file (wire/public_file.py) and a snapshot
+encoded from it; for comparison the mirror a small model's daemon keeps (``ServedModel.reset``
+from a snapshot), which every model had before. A part kept in a file mapping (the worker's x̂ of
+a big model) counts its file pages: resident like the rest, though the kernel may write them out
+and take them back. The daemon's and the worker's parts are added up as a node would hold them
+(two processes, each with its own interpreter; the daemon does not import torch).
 
     nice -n 5 .venv/bin/python scripts/bench_memory.py --params 124000000 [--write]
 """
@@ -53,7 +56,7 @@ def reset_peak() -> None:
 
 class Meter:
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, int, int]] = []  # (process, part, kept bytes, peak above before)
+        self.rows: list[tuple[str, str, int, int, int]] = []  # (process, part, kept anon, kept file, peak)
 
     def part(self, process: str, name: str, fn: Callable[[], Any]) -> Any:
         gc.collect()
@@ -65,10 +68,11 @@ class Meter:
         gc.collect()
         after = rss()
         kept = after["RssAnon"] - before["RssAnon"]
+        mapped = max(0, after["RssFile"] - before["RssFile"])
         peak = max(0, after["VmHWM"] - before["VmRSS"])
-        self.rows.append((process, name, kept, peak))
-        print(f"{process:7s} {name:60s} kept {kept / 1e6:8.0f} MB  peak +{peak / 1e6:8.0f} MB  ({took:.1f} s)",
-              flush=True)
+        self.rows.append((process, name, kept, mapped, peak))
+        print(f"{process:7s} {name:60s} kept {kept / 1e6:8.0f} MB + file {mapped / 1e6:6.0f} MB  "
+              f"peak +{peak / 1e6:8.0f} MB  ({took:.1f} s)", flush=True)
         return out
 
 
@@ -88,6 +92,7 @@ def main() -> int:
     from p2pnode.compression.registry import build_sparsifier
     from p2pnode.wire.codec import encode
     from p2pnode.wire.payload import ModelSpec, Snapshot
+    from p2pnode.wire.public_file import PublicReader
     from p2pnode.wire.replica import ReplicaCache, keep_genesis
     from p2pnode.wire.served import ServedModel
     from p2pnode.worker.public import DeltaPublisher, floating_state
@@ -116,18 +121,19 @@ def main() -> int:
     m.part("worker", f"optimizer state ({'AdamW: two moments' if args.optimizer == 'adamw' else 'SGD momentum'})",
            opt.step)
     spec = ModelSpec.from_state_dict(floating_state(model), "fp-memory")
-    pub = m.part("worker", "public copy x̂ (DeltaPublisher)", lambda: DeltaPublisher(
-        model, spec, build_sparsifier("topk:density=0.1"), "me", secrets.token_hex(6), 0, "int8"))
+    tmp = Path(tempfile.mkdtemp(prefix="p2p-mem-"))
+    where = "in a file mapped by the worker" if dense >= 64 * 1024 * 1024 else "in memory (under 64 MiB)"
+    pub = m.part("worker", f"public copy x̂ (DeltaPublisher), {where}", lambda: DeltaPublisher(
+        model, spec, build_sparsifier("topk:density=0.1"), "me", secrets.token_hex(6), 0, "int8", tmp))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p), alpha=1e-3)
-    m.part("worker", "a publish (top-10 %, int8: transient)", lambda: pub.publish(1, 1.0))
-    tmp = Path(tempfile.mkdtemp(prefix="p2p-mem-"))
+    published = m.part("worker", "a publish (top-10 %, int8: transient)", lambda: pub.publish(1, 1.0))
     big = "" if dense >= 64 * 1024 * 1024 else " (below the threshold: memory)"
     genesis = m.part("worker", f"version-0 copy for replicas, in a file{big}",
                      lambda: keep_genesis(tmp, spec, pub.xhat))
     snap = encode(Snapshot(spec.header("snapshot", "peer", "e", 1), {k: v.numpy() for k, v in pub.xhat.items()}))
-    m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, transient)", len(snap), len(snap)))
+    m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, transient)", len(snap), 0, len(snap)))
     caches = {"memory": ReplicaCache(args.replicas + 1)}
     disk_cache = ReplicaCache(args.replicas + 1, tmp / "replicas")
 
@@ -145,14 +151,26 @@ def main() -> int:
     replica = disk_cache.get("peer0")
     assert replica is not None
     m.part("worker", "averaging in a replica from its file (transient)", lambda: average_into(model, replica.tensors, 0.5))
+    del snap
+    if pub.file is not None:
+        attached = ServedModel(spec, "me", pub.epoch)
+        m.part("daemon", "served x̂: the worker's file (ServedModel.attach, no copy)", lambda: attached.attach(
+            PublicReader(pub.file.path), pub.epoch, 0))
+        attached.publish(published)
+        held = m.part("daemon", "a snapshot encoded from the file (the copy it streams from: transient)",
+                      lambda: attached.serve(None, None))
+        assert held.kind == "snapshot" and held.version == 1
+        del held, attached
     served = ServedModel(spec, "me", "e")
-    m.part("daemon", "served mirror x̂ (ServedModel, from a snapshot)", lambda: served.reset(
-        Snapshot(spec.header("snapshot", "me", "e", 0), {k: v.numpy() for k, v in pub.xhat.items()})))
+    m.part("daemon", "served mirror x̂ (ServedModel.reset from a snapshot: models under 64 MiB; before, all)",
+           lambda: served.reset(Snapshot(spec.header("snapshot", "me", "e", 0),
+                                         {k: v.numpy() for k, v in pub.xhat.items()})))
     del genesis
     mb = 1e6
-    rows = [[proc, part, f"{kept / mb:.0f} MB", f"{kept / dense:.2f}x", f"{peak / mb:.0f} MB"]
-            for proc, part, kept, peak in m.rows]
-    text = table(["process", "part", "kept (anonymous)", "x float32 model", "peak while made"], rows, "lllrr")
+    rows = [[proc, part, f"{kept / mb:.0f} MB", f"{mapped / mb:.0f} MB", f"{(kept + mapped) / dense:.2f}x",
+             f"{peak / mb:.0f} MB"] for proc, part, kept, mapped, peak in m.rows]
+    text = table(["process", "part", "kept (anonymous)", "kept (file pages)", "x float32 model", "peak while made"],
+                 rows, "llllrr")
     note = (f"Model: {params / 1e6:.1f}M parameters, {dense / mb:.0f} MB float32. torch's shared libraries add "
             f"{torch_file / mb:.0f} MB of file pages to each process that imports it (shared between "
             f"processes, counted in each one's RSS).")
