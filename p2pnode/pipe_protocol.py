@@ -205,8 +205,9 @@ class Stop(Message):
 
 @dataclass
 class Begin(Message):
-    """Training may start: the daemon saw ``training.min_peers`` peers (or waited long enough).
-    A fresh worker with ``min_peers`` > 0 takes no step before it; sent after every hello."""
+    """Training may start: the daemon saw ``training.min_peers`` peers, or membership settled
+    (``training.start_settle``), or it waited long enough (daemon/start_gate.py). A fresh worker
+    with either set takes no step before it; sent after every hello."""
 
     kind: ClassVar[str] = "begin"
 

@@ -25,6 +25,9 @@ FAST = [
     "--set", "exchange.timeout=1.0",
     "--set", "membership.gossip_interval=0.3",
     "--set", "membership.timeout=0.5",
+    # no settle window before the first step (training.start_settle): a test starts its nodes
+    # itself; tests/test_start_settle.py runs the window for real
+    "--set", "training.start_settle=0",
 ]
 
 

@@ -124,8 +124,16 @@ class TrainingConfig(Table):
     #: apart on skewed shards otherwise train apart and forget each other's classes
     #: (docs/ALGORITHMS.md, "A start together")
     min_peers: Count = 0
-    #: ...or once this many seconds have passed without them (then it starts alone, logged)
+    #: ...or once this many seconds have passed without them (then it starts alone, logged);
+    #: bounds start_settle's wait too
     min_peers_wait: Seconds = 600.0
+    #: with min_peers = 0: a fresh node takes its first step once no new member has joined for
+    #: this many seconds (each join starts the window again), or at once when a peer it sees is
+    #: training already (0: no wait). Nodes started within the window of each other start
+    #: together, as DDP's ranks do; a node alone pays it once. 45 s covers a 30 s stagger with
+    #: a loaded machine's start-up spread: measured on 4 nodes, Dirichlet-0.1 shards, started
+    #: 30 s apart (docs/BENCHMARKS.md, "Nodes started 30 s apart"; docs/ALGORITHMS.md)
+    start_settle: SecondsOrOff = 45.0
     #: evaluate on the test set every this many steps (0: never)
     eval_every: Count = 200
     #: test images per periodic evaluation (0: the whole test set)

@@ -26,7 +26,7 @@ from aiohttp import web
 from p2pnode import __version__
 from p2pnode.config import Config, mode_rule, parse_hostport
 from p2pnode.dashboard import routes as dashboard
-from p2pnode.daemon import early_signals, identity, journal, notify
+from p2pnode.daemon import early_signals, identity, journal, notify, start_gate
 from p2pnode.exchange.rounds import Exchange
 from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
@@ -241,23 +241,17 @@ class Node:
         notify.notify(f"READY=1\nSTATUS=serving on {self.addr}, {len(self.membership.members())} members")
 
     async def _quorum(self) -> None:
-        """training.min_peers: hold a fresh worker's first step until that many peers are alive
-        (or min_peers_wait has passed), as DDP's ranks wait for each other: nodes that come up
-        minutes apart on skewed shards would otherwise train apart, each forgetting the classes
-        it lacks, and the later average is poor (docs/ALGORITHMS.md, "A start together")."""
+        """Hold a fresh worker's first step until peers are there (daemon/start_gate.py):
+        training.min_peers when set, else until membership settles (training.start_settle)."""
         assert self.membership is not None
-        want, deadline = self.cfg.training.min_peers, time.monotonic() + self.cfg.training.min_peers_wait
-        state = self.supervisor.state
-        while want > 0 and (have := len(self.membership.alive_peers())) < want:
-            if time.monotonic() >= deadline:
-                log.warning("training starts with %d of the %d peers training.min_peers asks for "
-                            "(training.min_peers_wait = %gs passed)", have, want, self.cfg.training.min_peers_wait)
-                break
-            if state.waiting_for_peers != [have, want]:
-                log.info("waiting for peers before the first step: %d of %d alive (training.min_peers)", have, want)
-            state.waiting_for_peers = [have, want]
-            await asyncio.sleep(0.5)
-        state.waiting_for_peers = None
+        if self.cfg.training.min_peers > 0:
+            await start_gate.wait_for_peers(self.cfg, self.membership, self.supervisor.state)
+        elif start_gate.settles(self.cfg):
+            await self.supervisor.clock.ready.wait()
+            if not self.supervisor.clock.resumed:  # a resumed worker steps at once, never waits
+                client = self.client
+                await start_gate.settle(self.cfg, self.membership, self.supervisor.state,
+                                        lambda peer: start_gate.peer_training(client, peer))
         await self.supervisor.begin()
 
     async def _stopper(self) -> None:

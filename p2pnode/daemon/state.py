@@ -63,6 +63,9 @@ class TrainingState:
     started_at: float = field(default_factory=time.monotonic)
     #: training.min_peers not met yet: [alive peers seen, peers wanted]; None: not waiting
     waiting_for_peers: list[int] | None = None
+    #: training.start_settle: [alive peers, seconds left of the window] while a fresh node waits
+    #: for membership to stop growing before its first step; None: not waiting
+    settling: list[float] | None = None
     #: monotonic times of the first step this life and of reaching training.max_samples
     first_step_at: float | None = None
     done_at: float | None = None

@@ -60,7 +60,7 @@ class Worker(TrainerLoop, PeerLoop):
         self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,
                                     cfg.exchange.clip_refuse)
         self.dirty = False
-        self.waiting = cfg.training.min_peers > 0 and not self.resumed
+        self.waiting = (cfg.training.min_peers > 0 or cfg.training.start_settle > 0) and not self.resumed
         self.published_step = self.trainer.step
         #: the synchronous mode (exchange.sync, resolved: config/mode_rule.py): the gradients'
         #: all-reduce (p2pnode/sync/)

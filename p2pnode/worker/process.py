@@ -120,7 +120,7 @@ class PeerLoop(WorkerLoop):
     step (``checkpoint_step``) and whether training is over (``finished``), and does the work:
     ``on_peer``, ``evaluate_all``, ``publish_asked``; every other message goes to ``on_other``."""
 
-    #: training.min_peers: a fresh worker takes no step before the daemon's Begin
+    #: training.min_peers / start_settle: a fresh worker takes no step before the daemon's Begin
     waiting: bool = False
     #: exchange.max_lead: no step at or beyond this one (-1: none), the daemon's Hold
     limit: int = -1

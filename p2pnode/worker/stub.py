@@ -99,7 +99,7 @@ class StubWorker(PeerLoop):
         self.step = self.samples = self.version = 0
         self.ckpt_path = Path(cfg.node.state_dir) / CHECKPOINT_NAME
         self.resumed = self._load()
-        self.waiting = cfg.training.min_peers > 0 and not self.resumed
+        self.waiting = (cfg.training.min_peers > 0 or cfg.training.start_settle > 0) and not self.resumed
         self.published_step = self.step
         #: a big model's x̂ is a file the daemon reads to serve it (wire/public_file.py)
         self.public_file = (PublicFile(replica_folder(cfg.node.state_dir) / PUBLIC_FILE, spec, self.x, self.version)
