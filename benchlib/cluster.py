@@ -42,8 +42,9 @@ class NodeProc:
 
     def __init__(self, root: Path, name: str, args: Sequence[str] = (), seeds: Sequence[str] = (),
                  port: int | None = None, host: str = "127.0.0.1", prefix: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, token: str = "") -> None:
         self.name = name
+        self.token = token  #: the read-only credential its status asks for with a cluster secret
         self.port = port or free_port()
         self.addr = f"{host}:{self.port}"
         self.state_dir = root / name
@@ -76,7 +77,7 @@ class NodeProc:
 
     def status(self) -> dict[str, Any]:
         """``/v1/status``; raises OSError while the node does not answer."""
-        return get_json(self.addr)
+        return get_json(self.addr, token=self.token)
 
     def wait_ready(self, timeout: float = 40.0) -> dict[str, Any]:
         """Wait until the worker runs and the node has joined; that status."""
@@ -101,13 +102,14 @@ class Cluster:
     is stopped on the way out."""
 
     def __init__(self, root: Path, n: int, args: Sequence[str] | Callable[[int], Sequence[str]] = (),
-                 port: int = 7571, place: Place = loopback, env: Mapping[str, str] | None = None) -> None:
+                 port: int = 7571, place: Place = loopback, env: Mapping[str, str] | None = None,
+                 token: str = "") -> None:
         self.nodes: list[NodeProc] = []
         for i in range(n):
             prefix, host = place(i)
             node_args = args(i) if callable(args) else args
             seeds = [self.nodes[0].addr] if i else []
-            self.nodes.append(NodeProc(root, f"node{i}", node_args, seeds, port + i, host, prefix, env))
+            self.nodes.append(NodeProc(root, f"node{i}", node_args, seeds, port + i, host, prefix, env, token))
 
     def start(self) -> Cluster:
         for node in self.nodes:
@@ -120,7 +122,7 @@ class Cluster:
 
     def statuses(self) -> list[dict[str, Any] | None]:
         """Every node's status, None where it does not answer."""
-        return [fetch_status(n.addr) for n in self.nodes]
+        return [fetch_status(n.addr, token=n.token) for n in self.nodes]
 
     def stop(self) -> None:
         for node in self.nodes:  # signal them all first: they leave at the same time
@@ -265,7 +267,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
           node_args: Callable[[int], Sequence[str]] | None = None, stagger: float = 0.0,
           data_dir: str = "", kill_reducer: bool = False, ids: Sequence[str] = (),
           node_env: Callable[[int], Mapping[str, str | None]] | None = None,
-          evaluate: Callable[[list[Path]], list[float | None]] | None = None) -> TrainResult:
+          evaluate: Callable[[list[Path]], list[float | None]] | None = None, token: str = "") -> TrainResult:
     """Train a fresh cluster in ``workdir/name`` until every live node is done (or ``timeout``),
     then evaluate each node's final checkpoint. ``kill_last_at`` > 0: SIGKILL the last node once
     the others have trained on that fraction of ``samples``; ``restart_after`` >= 0: start it again
@@ -279,7 +281,8 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
     reducer), not the last; ``ids``: node i's id, written to its state dir before it starts
     (which node holds the lowest: the synchronous mode's reducer); ``node_env(i)``: environment
     variables for node i alone (None: not set, as in a service's environment); ``evaluate(state
-    dirs)``: each final checkpoint's figure, for a task other than the built-in one."""
+    dirs)``: each final checkpoint's figure, for a task other than the built-in one; ``token``: the
+    credential the nodes' status asks for (their cluster secret, when they have one)."""
     run = workdir / name
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -288,7 +291,7 @@ def train(name: str, workdir: Path, nodes: int, samples: int, extra: Sequence[st
         (run / f"node{i}" / "identity.json").write_text(json.dumps({"node_id": node_id, "incarnation": 0}))
     data = ["--data-dir", data_dir] if data_dir else []
     cluster = Cluster(run, nodes, lambda i: [*training_args(i, nodes, samples, [*data, *extra]),
-                                             *(node_args(i) if node_args else ())], port, place)
+                                             *(node_args(i) if node_args else ())], port, place, token=token)
     for i, node in enumerate(cluster.nodes):
         for key, value in (node_env(i) if node_env else {}).items():
             if value is None:

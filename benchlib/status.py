@@ -13,17 +13,20 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def get_json(addr: str, path: str = "/v1/status", timeout: float = 2.0) -> dict[str, Any]:
-    """GET ``http://ADDR/PATH`` as JSON; raises OSError (URLError, timeouts) when it does not answer."""
-    with urllib.request.urlopen(f"http://{addr}{path}", timeout=timeout) as resp:
+def get_json(addr: str, path: str = "/v1/status", timeout: float = 2.0, token: str = "") -> dict[str, Any]:
+    """GET ``http://ADDR/PATH`` as JSON; raises OSError (URLError, timeouts) when it does not answer.
+    ``token``: the read-only credential a node with a cluster secret asks for (the secret itself
+    or its dashboard token), sent as a bearer token."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(f"http://{addr}{path}", headers=headers), timeout=timeout) as resp:
         data: dict[str, Any] = json.load(resp)
         return data
 
 
-def fetch_status(addr: str, timeout: float = 2.0) -> dict[str, Any] | None:
+def fetch_status(addr: str, timeout: float = 2.0, token: str = "") -> dict[str, Any] | None:
     """A node's ``/v1/status``, or None while it is starting, stopped or gone (for polling loops)."""
     try:
-        return get_json(addr, "/v1/status", timeout)
+        return get_json(addr, "/v1/status", timeout, token)
     except (OSError, ValueError):
         return None
 

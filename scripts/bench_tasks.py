@@ -72,7 +72,8 @@ def run_cluster(t: SuiteTask, task: dict[str, Any], shards: str, variant: str, s
         return [m[t.metric] if m else None for m in checkpoint_metrics(dirs, settings, task)]
 
     res = train(f"{t.name}-{shards}-{variant}-{seed}", workdir, nodes, samples, args, port=port, stagger=2.0,
-                evaluate=evaluate, timeout=600)
+                evaluate=evaluate, timeout=600,
+                token=Path(secret).read_bytes().strip().decode() if secret else "")
     return res.accuracies, res.wall_seconds
 
 

@@ -1,6 +1,6 @@
 """The learning-quality suite's harness end to end at a tiny size: scripts/bench_tasks.py trains
 the regression task's all-reduce reference and a node alone in-process, then a real 2-node
-cluster (``p2pnode start`` processes on loopback), evaluates every node's checkpoint and prints
+cluster (``p2pnode start`` processes on loopback, with a cluster secret), evaluates every node's checkpoint and prints
 its tables; ``--report`` rebuilds them from the JSON-lines record."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from benchlib.status import free_port
 from benchlib.tasks.suite import TASKS
@@ -24,15 +26,20 @@ def test_suite_goals_follow_the_metric() -> None:
     assert cnn.allowed(0.9) == 0.005 and lm.worst([9.0, 11.0]) == 11.0 and cnn.worst([0.8, 0.9]) == 0.8
 
 
+@pytest.mark.slow  # real daemons train: 20-50 s on the shared 2-core machine
 def test_bench_tasks_runs_one_tiny_task(tmp_path: Path) -> None:
     out = tmp_path / "records.jsonl"
+    secret = tmp_path / "secret"  # a trusted cluster: the nodes' status asks for the credential
+    secret.write_text("a cluster secret for the suite's test\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "scripts/bench_tasks.py", "--tasks", "regression", "--seeds", "0", "--nodes", "2",
-           "--samples", "640", "--workdir", str(tmp_path / "runs"), "--port", str(free_port()), "--jsonl", str(out)]
+           "--samples", "640", "--workdir", str(tmp_path / "runs"), "--port", str(free_port()), "--jsonl", str(out),
+           "--secret", str(secret)]
     proc = subprocess.run(cmd, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert rec["task"] == "regression" and rec["shards"] == "even" and rec["samples"] == 640
+    assert rec["task"] == "regression" and rec["shards"] == "even" and rec["samples"] == 640 and rec["secret"]
+    assert 0 < rec["cluster_s"] < 120  # the status was read (with the secret's token) as training ended
     assert len(rec["nodes_values"]) == 2 and all(-1.0 < v < 1.0 for v in rec["nodes_values"])
     assert -1.0 < rec["reference"] < 1.0 and -1.0 < rec["alone"] < 1.0
     assert "| regression | even | defaults | 0 |" in proc.stdout
