@@ -39,8 +39,13 @@ from benchlib.taskref import alone, checkpoint_metrics, reference
 from benchlib.tasks.suite import SHARDS, TASKS, SuiteTask
 
 SECTION = "## A user's tasks beside their all-reduce reference (bench_tasks)"
+#: what the defaults run, said beside the table
+AUTO = ("(nothing set: exchange.sync = \"auto\", the synchronous mode with a cluster secret, gossip "
+        "without one)")
 
 VARIANTS: dict[str, list[str]] = {
+    # exchange.sync = "auto": the synchronous mode where --secret gives the nodes a cluster
+    # secret, gossip without one (p2pnode/config/mode_rule.py)
     "defaults": [],
     "sync": ["--set", "exchange.sync=powersgd"],
     # every tensor whole in int8 blocks (no factoring): the all-reduce's mean but for rounding, to
@@ -195,7 +200,7 @@ def main() -> None:
         "Tasks (benchlib/tasks/suite.py; samples a node, the reference nodes x that at nodes x the batch):", "",
         *(f"- `{n}`: {TASKS[n].what}; {' or '.join(str(x) for x in sorted(used[n]))} samples a node; "
           f"metric {TASKS[n].metric}" for n in TASKS if n in used), "",
-        "Variants: " + "; ".join(f"`{v}`: {' '.join(VARIANTS[v]) or '(nothing set)'}"
+        "Variants: " + "; ".join(f"`{v}`: {' '.join(VARIANTS[v]) or AUTO}"
                                  for v in sorted({r['variant'] for r in records})) +
         ("; every node given a cluster secret (node.secret_file)" if any(r.get("secret") for r in records) else ""),
         "", per_seed, "", goals, ""])
