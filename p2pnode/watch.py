@@ -136,8 +136,13 @@ def render(target: Target, view: dict[str, Any] | None, problem: str | None, wid
                   if not n.get("reachable") and n.get("error")]
         if silent:
             parts.append(Text("not answering: " + ", ".join(silent), style="yellow"))
-        if view.get("advice"):
-            parts.append(Text(f"advice: {view['advice']}", style="yellow"))
+        mode: dict[str, Any] = view["mode"] if isinstance(view.get("mode"), dict) else {}
+        if mode.get("name"):  # this node's mode and why (exchange.sync = "auto": config/mode_rule.py)
+            parts.append(Text(f"mode: {mode['name']} (exchange.sync = {mode.get('setting')}: {mode.get('why')})",
+                              style="dim"))
+        advice = view.get("advice") or mode.get("advice")
+        if advice:
+            parts.append(Text(f"advice: {advice}", style="yellow"))
         def moved(e: dict[str, Any]) -> int:
             return int(e.get("bytes_recent") or e.get("bytes_total") or 0)
 

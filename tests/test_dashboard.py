@@ -19,6 +19,7 @@ from aiohttp import web
 
 from daemon_util import http_request
 from nodes import STUB, NodeProc, wait_for
+from p2pnode.config import Config, mode_rule
 from p2pnode.dashboard.cluster import ClusterLimits, ClusterView, advice, edge_counters, label_skew, node_row
 from p2pnode.dashboard.routes import ASSETS, load_assets
 from p2pnode.dashboard.history import History
@@ -124,8 +125,9 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
     members += [Member(f"z{i:02d}", "127.0.0.1:9", MemberState.LEFT) for i in range(10)]
     own = {"samples": 64}
     client = PeerClient()
+    mode = mode_rule.status(mode_rule.choose(Config()), "SGD", False, [50, 50, 0, 0])
     view = ClusterView("a", lambda: status_doc("a", own["samples"], peers={"b": {"bytes_received": 500}},
-                                               classes=[50, 50, 0, 0]),
+                                               classes=[50, 50, 0, 0]) | {"mode": mode},
                        lambda: members, client, ClusterLimits(max_nodes=8, timeout=1.0, cache_s=0.0))
     try:
         first = await view.build()
@@ -133,6 +135,7 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
         assert list(rows)[:5] == ["a", "b", "d", "c", "e"]  # this node, then alive, suspect, dead, left
         assert len(first["nodes"]) == 8 and first["omitted"] == 7
         assert rows["a"]["self"] and rows["b"]["reachable"] and rows["b"]["step"] == 10
+        assert first["mode"] == mode and mode["name"] == "gossip"  # this node's, for the page's header
         assert rows["b"]["loss"] is None and rows["a"]["loss"] == 0.5
         json.dumps(first, allow_nan=False)
         # a and b share no class: each is 1.0 from the other (the nodes that gave no histogram
@@ -186,6 +189,31 @@ def test_the_terminal_view_shows_each_nodes_skew_and_the_advice() -> None:
     console.print(render(Target("127.0.0.1:1"), view, None, WIDE))
     shown = console.export_text()
     assert "skew" in shown and "0.82" in shown and "advice: the nodes' label distributions differ" in shown, shown
+
+
+def test_the_terminal_view_shows_this_nodes_mode_and_the_advice_a_gossip_node_with_adamw_gets() -> None:
+    """exchange.sync = "auto" without a secret picks gossip; a task with AdamW is then told that a
+    cluster secret would pick the synchronous mode (config/mode_rule.py), here and in status."""
+    from rich.console import Console
+
+    from p2pnode.watch import WIDE, Target, render
+
+    mode = mode_rule.status(mode_rule.choose(Config()), "AdamW", True, [])
+    assert mode["label_skew"] is None and mode["advice"] and "cluster secret" in mode["advice"]
+    view = {"nodes": [{"node_id": "a" * 16, "state": "alive", "reachable": True, "self": True}], "edges": [],
+            "advice": None, "mode": mode}
+    console = Console(width=WIDE, record=True)
+    console.print(render(Target("127.0.0.1:1"), view, None, WIDE))
+    shown = " ".join(console.export_text().split())
+    assert "mode: gossip (exchange.sync = auto: no cluster secret" in shown, shown
+    assert "advice: the optimizer AdamW adapts each coordinate's step" in shown, shown
+    # skewed labels call for the same advice; an even shard with SGD, or a secret, for none
+    assert "labels are 0.75 from an even mix" in mode_rule.status(mode_rule.choose(Config()), "SGD", False,
+                                                                  [10, 0, 0, 0])["advice"]
+    assert mode_rule.status(mode_rule.choose(Config()), "SGD", False, [5, 5, 5, 5])["advice"] is None
+    trusted = Config()
+    trusted.node.secret = "s"
+    assert mode_rule.status(mode_rule.choose(trusted), "AdamW", True, [10, 0, 0, 0])["advice"] is None
 
 
 def test_edge_counters_ignore_malformed_peer_records() -> None:

@@ -96,6 +96,8 @@ def test_dashboard_shows_the_cluster_live(cluster: Any, browser: Any, tmp_path: 
     # The nodes exchange models: the graph has edges between them.
     wait_js(page, "document.querySelectorAll('#graph line.edge').length >= 2", 20, "edges in the graph")
     assert page.locator("#members tbody tr").count() == 3
+    # the mode and why: "auto" without a cluster secret picks gossip (config/mode_rule.py)
+    assert page.inner_text("#node-mode").startswith("mode: gossip (exchange.sync = auto: no cluster secret")
     assert page.is_hidden("#problem")
     shot = tmp_path / "dashboard.png"
     page.screenshot(path=str(shot), full_page=True)

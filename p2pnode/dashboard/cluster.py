@@ -250,6 +250,8 @@ class ClusterView:
             edges.append({"src": src, "dst": dst, "bytes_total": total, "bytes_recent": recent})
         return {"self": self.node_id, "generated_at": round(time.time(), 3), "nodes": rows, "edges": edges,
                 "members": member_rows(own), "advice": advice(own, skew),
+                # this node's mode and why (exchange.sync = "auto": config/mode_rule.py), with its advice
+                "mode": _table(own, "mode") or None,
                 "window_s": round(now - base.at, 1) if base is not None else 0.0, "omitted": omitted,
                 "limits": {"max_nodes": self.limits.max_nodes, "timeout_s": self.limits.timeout}}
 

@@ -102,9 +102,13 @@ function drawCluster(view) {
   ], n.self ? "self" : "")));
   const note = `${view.nodes.length} nodes` + (view.omitted ? `, ${view.omitted} more not shown` : "");
   document.getElementById("cluster-note").textContent = `(${note})`;
+  // this node's mode and why (exchange.sync = "auto" picks it from the settings every node shares)
+  const mode = view.mode || {};
+  document.getElementById("node-mode").textContent = mode.name ? `mode: ${mode.name} (exchange.sync = ${mode.setting}: ${mode.why})` : "";
+  const said = view.advice || mode.advice;
   const advice = document.getElementById("advice");
-  advice.hidden = !view.advice;
-  advice.textContent = view.advice ? `Advice: ${view.advice}` : "";
+  advice.hidden = !said;
+  advice.textContent = said ? `Advice: ${said}` : "";
 }
 
 function drawMembers(view) {
