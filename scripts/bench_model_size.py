@@ -10,8 +10,8 @@ models). Per size and link, with the p2pnode defaults otherwise:
   made from node 1's place while the cluster trains, body bytes ÷ seconds (request to last
   byte), as a share of the raw link rate;
 - a snapshot fetch's time, the same way, against size ÷ link rate;
-- peak RSS per node (daemon + worker, ``VmHWM`` of each, summed) against the model's float32
-  bytes; the daemon's longest event-loop stall (status ``event_loop``); SWIM suspicions;
+- peak RSS per node (daemon + worker, ``VmHWM`` of each, summed; the node with the highest, and
+  its two parts in GB) against the model's float32 bytes; the daemon's longest event-loop stall (status ``event_loop``); SWIM suspicions;
 - checkpoint write time (the worker's log) and resume: the last node stopped (SIGTERM, final
   checkpoint) and started again, seconds until its worker runs and until it exchanges again.
 
@@ -281,7 +281,9 @@ def row(rec: dict[str, Any]) -> list[str]:
     cells.append(f"{snap['seconds']:.2f} s = {snap['seconds'] / (snap['bytes'] / link_rate):.2f}x"
                  if snap.get("status") == 200 and link_rate else str(snap.get("status", snap.get("failed", "-"))))
     peaks = [sum(p.values()) for p in rec["peak_rss"]]
-    cells.append(f"{max(peaks) / 1e9:.2f} GB = {max(peaks) / rec['dense_bytes']:.1f}x")
+    top = rec["peak_rss"][peaks.index(max(peaks))]
+    split = " + ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(top.items()))  # daemon, worker
+    cells.append(f"{max(peaks) / 1e9:.2f} GB = {max(peaks) / rec['dense_bytes']:.1f}x ({split})")
     lags = [x for x in rec["loop_lag_max_s"] if x is not None]
     cells.append(f"{1000 * max(lags):.0f} ms" if lags else "-")
     cells.append(f"{sum(rec['suspicions']):.0f}")
