@@ -38,7 +38,7 @@ from benchlib.results import (
 from benchlib.taskref import alone, checkpoint_metrics, reference
 from benchlib.tasks.suite import SHARDS, TASKS, SuiteTask
 
-SECTION = "## A user's tasks beside their all-reduce reference (bench_tasks)"
+SECTION = "## The learning-quality suite: each task beside its all-reduce reference (bench_tasks)"
 #: what the defaults run, said beside the table
 AUTO = ("(nothing set: exchange.sync = \"auto\", the synchronous mode with a cluster secret, gossip "
         "without one)")
