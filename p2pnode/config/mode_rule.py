@@ -22,6 +22,10 @@ mode and half in the other would not train together). The rule follows what was 
 - ``training.outer`` asks for DiLoCo's rounds, which are gossip's (the checks refuse it with
   the synchronous mode).
 
+What only the worker knows, the task's optimizer and its shard's labels, is no input: each node
+would judge from its own shard and they could pick apart, and the worker is up only after the
+mode is built. Status reports them beside the choice, with the advice they call for (``status``).
+
 torch-free: the daemon, the config checks and the worker all read it (``sync_of``).
 """
 
