@@ -114,8 +114,6 @@ class DeltaPublisher:
         a public copy half old, half adopted is far from every peer's, an outlier to them)."""
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         current = floating_state(self.model)
-        if self.file is not None:
-            self.file.begin()  # the daemon's reads of x_hat retry until end()
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
             idx = torch.arange(diff.numel()) if full else self.sparsifier.select(diff)
@@ -127,8 +125,13 @@ class DeltaPublisher:
             idx_np, values = round_for_wire(idx.numpy(), diff[idx].numpy(), "float32" if full else self.value_dtype)
             if idx_np.size == 0:
                 continue
-            xhat.index_add_(0, torch.from_numpy(idx_np), torch.from_numpy(values))
             entries[name] = (idx_np.astype(np.uint32), values)
+        # x_hat changes only now, all tensors at once after the selection (which takes seconds
+        # for a big model): the daemon's reads of a file x_hat retry only over this short span
+        if self.file is not None:
+            self.file.begin()
+        for name, (idx_np, values) in entries.items():
+            self.xhat[name].index_add_(0, torch.from_numpy(idx_np.astype(np.int64)), torch.from_numpy(values))
         base = self.version
         self.version += 1
         if self.file is not None:

@@ -177,8 +177,6 @@ class StubWorker(PeerLoop):
         """q = top-k of x - x_hat per tensor (every entry with ``full``: after an adoption);
         x_hat += q; send the encoded delta."""
         entries = {}
-        if self.public_file is not None:
-            self.public_file.begin()  # the daemon's reads of x̂ retry until end()
         for name, xhat in self.xhat.items():
             # top-k within each window moved since the last publish (the whole tensor of the
             # small model, or after an adoption): elsewhere x̂ already equals x
@@ -193,9 +191,11 @@ class StubWorker(PeerLoop):
             if not parts:
                 continue
             idx = np.concatenate(parts).astype(np.uint32)
-            values = self.x[name][idx] - xhat[idx]
-            xhat[idx] += values
-            entries[name] = (idx, values)
+            entries[name] = (idx, self.x[name][idx] - xhat[idx])
+        if self.public_file is not None:  # x̂ changes only now: the daemon's reads retry over this span
+            self.public_file.begin()
+        for name, (idx, values) in entries.items():
+            self.xhat[name][idx] += values
         self.version += 1
         if self.public_file is not None:
             self.public_file.end(self.version, self.step, self.loss)
