@@ -21,9 +21,10 @@ import aiohttp
 import msgpack
 
 from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign, sign_response
+from p2pnode.net.bodyfill import BodyFill
 from p2pnode.net.deadline import STALL_WINDOW, Transfer
 from p2pnode.net.encoding import gunzip, with_gzip_marker
-from p2pnode.wire.msgview import Body, big_buffer
+from p2pnode.wire.msgview import Body
 from p2pnode.wire.payload import mismatch
 
 MSGPACK = "application/msgpack"
@@ -195,48 +196,60 @@ class TooSlow(TimeoutError):
 async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | None, limit: int,
                      transfer: Transfer | None) -> bytes | bytearray | memoryview:
     """The body, read into one buffer (of the declared length when there is one: never a list
-    of chunks joined at the end, which held a model twice). With ``transfer``, a body slower
-    than its cut-off rate over any STALL_WINDOW is cut off (TooSlow)."""
-    # a model-sized buffer is not zeroed first (bytearray's zeroing held the GIL: the loop stalled)
-    big = transfer is not None and (declared or 0) > INLINE_BYTES
-    buf: bytearray | memoryview = big_buffer(declared or 0) if big else bytearray(declared or 0)
-    view = memoryview(buf) if declared else None
+    of chunks joined at the end, which held a model twice). A model-sized one is filled in a
+    thread (net/bodyfill.py: the copies and the first touch of its pages off the event loop).
+    With ``transfer``, a body slower than its cut-off rate over any STALL_WINDOW is cut off
+    (TooSlow)."""
+    fill = BodyFill(declared) if transfer is not None and declared is not None and declared > INLINE_BYTES else None
+    buf = bytearray(declared or 0) if fill is None else None
+    view = memoryview(buf) if declared and buf is not None else None
     got = 0
     loop = asyncio.get_running_loop()
     mark_at, mark_got = loop.time(), 0
     cutoff = transfer.cutoff if transfer is not None else 0.0
-    while True:
-        if transfer is not None:
-            try:
-                async with asyncio.timeout(STALL_WINDOW):
-                    chunk = await resp.content.readany()
-            except TimeoutError:
-                raise TooSlow(f"body stalled: nothing for {STALL_WINDOW:g} s after {got} bytes") from None
-        else:
-            chunk = await resp.content.readany()
-        if not chunk:
-            break
-        n = len(chunk)
-        if view is not None:
-            if got + n > len(buf):
+    try:
+        while True:
+            if transfer is not None:
+                try:
+                    async with asyncio.timeout(STALL_WINDOW):
+                        chunk = await resp.content.readany()
+                except TimeoutError:
+                    raise TooSlow(f"body stalled: nothing for {STALL_WINDOW:g} s after {got} bytes") from None
+            else:
+                chunk = await resp.content.readany()
+            if not chunk:
+                break
+            n = len(chunk)
+            if declared is not None and got + n > declared:
                 raise PeerError(f"{addr}: body longer than its Content-Length")
-            view[got:got + n] = chunk
-        else:
-            if got + n > limit:
-                raise PeerError(f"{addr}: body over the limit of {limit} bytes")
-            assert isinstance(buf, bytearray)
-            buf += chunk
-        got += n
-        now = loop.time()
-        if cutoff > 0 and now - mark_at >= STALL_WINDOW:
-            if (got - mark_got) / (now - mark_at) < cutoff:
-                raise TooSlow(f"body too slow: {(got - mark_got) / (now - mark_at) / 1024:.0f} KiB/s over "
-                              f"{now - mark_at:.1f} s, under {cutoff / 1024:.0f} KiB/s, after {got} bytes")
-            mark_at, mark_got = now, got
-    if view is not None:
-        view.release()
-        if got != len(buf):
-            raise PeerError(f"{addr}: body of {got} bytes, {len(buf)} declared")
+            if fill is not None:
+                await fill.add(chunk)
+            elif view is not None:
+                view[got:got + n] = chunk
+            else:
+                if got + n > limit:
+                    raise PeerError(f"{addr}: body over the limit of {limit} bytes")
+                assert buf is not None
+                buf += chunk
+            got += n
+            now = loop.time()
+            if cutoff > 0 and now - mark_at >= STALL_WINDOW:
+                if (got - mark_got) / (now - mark_at) < cutoff:
+                    raise TooSlow(f"body too slow: {(got - mark_got) / (now - mark_at) / 1024:.0f} KiB/s over "
+                                  f"{now - mark_at:.1f} s, under {cutoff / 1024:.0f} KiB/s, after {got} bytes")
+                mark_at, mark_got = now, got
+        if declared is not None and got != declared:
+            raise PeerError(f"{addr}: body of {got} bytes, {declared} declared")
+        if fill is not None:
+            return await fill.finish()
+    except BaseException:
+        if fill is not None:
+            fill.abandon()
+        raise
+    finally:
+        if view is not None:
+            view.release()
+    assert buf is not None
     return buf
 
 

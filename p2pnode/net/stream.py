@@ -3,13 +3,17 @@ whole on the event loop.
 
 A cached snapshot is its msgpack header and each tensor's values as they lie in memory
 (wire/served.py). ``PartsResponse`` sends them a slice at a time, each write waiting for the
-socket to drain, with ``Content-Length`` set (the receiver reads into one buffer of that size)
-and the body's SHA-256 computed beforehand, off the loop, so that the signature middleware can
-sign the answer before its headers go out (net/server.py).
+socket to drain and then letting the loop run its other callbacks (aiohttp's drain returns
+at once while the socket takes everything, so a fast reader on loopback could take a whole
+snapshot in one unbroken stretch of the kernel's copies on the loop), with ``Content-Length``
+set (the receiver reads into one buffer of that size) and the body's SHA-256 computed
+beforehand, off the loop, so that the signature middleware can sign the answer before its
+headers go out (net/server.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 
@@ -55,4 +59,5 @@ class PartsResponse(web.StreamResponse):
                 for at in range(0, view.nbytes, SLICE):
                     await self.write(view[at:at + SLICE])
                     self.sent += min(SLICE, view.nbytes - at)
+                    await asyncio.sleep(0)
         await super().write_eof(data)
