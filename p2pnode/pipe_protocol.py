@@ -137,6 +137,9 @@ class Evaluated(Message):
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     #: the model the consensus finish agreed on (an ``Evaluate(consensus=True)`` answered)
     consensus: bool = False
+    #: with ``consensus``: the agreed model was worse than ours before the finish, so we went
+    #: back to ours (worker/finish_guard.py); these figures are of our own model
+    kept_own: bool = False
 
 
 @dataclass

@@ -6,7 +6,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TypeVar
 
-from p2pnode.pipe_protocol import Message, decode
+from p2pnode.pipe_protocol import Message, receive
 
 M = TypeVar("M", bound=Message)
 
@@ -20,7 +20,7 @@ def drain(conn: Connection, kind: type[M]) -> tuple[list[M], threading.Thread]:
     def read() -> None:
         try:
             while True:
-                msg = decode(conn.recv_bytes())
+                msg = receive(conn)  # a big message's fields follow it as raw frames
                 if isinstance(msg, kind):
                     kept.append(msg)
         except (EOFError, OSError):

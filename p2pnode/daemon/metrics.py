@@ -80,6 +80,9 @@ class NodeMetrics:
         self.consensus_distance = Gauge(
             "p2pnode_consensus_distance_ratio", "After training: largest ||x - x_peer|| / ||x|| over alive peers "
             "(NaN before it is measured)", registry=r)
+        self.finish_refused = Counter(
+            "p2pnode_consensus_refused", "Consensus finishes whose agreed model measured worse on the held-out split "
+            "than the node's own before the finish: the node went back to its own (worker/finish_guard.py)", registry=r)
         self.clipped = Counter("p2pnode_exchanges_clipped", "Peer models averaged in clipped to the robust radius "
                                "(exchange.robust = clip): a peer further away than usual, or poisoned", registry=r)
         self.clip_radius = Gauge("p2pnode_averaging_clip_radius_ratio", "The robust averaging radius tau relative to "

@@ -42,6 +42,9 @@ class TrainingState:
     eval_samples: int = 0
     #: the last evaluation is of the model the consensus finish agreed on (Evaluate)
     eval_consensus: bool = False
+    #: the consensus finish's agreed model measured worse than ours before it: we went back to
+    #: ours and average no more (worker/finish_guard.py)
+    finish_kept_own: bool = False
     #: the task's named metrics of the last evaluation (finite values only)
     metrics: dict[str, float] = field(default_factory=dict)
     params: int = 0

@@ -156,6 +156,11 @@ class WorkerSupervisor:
         elif isinstance(msg, Evaluated):
             s.accuracy, s.test_loss, s.eval_step, s.eval_samples = msg.accuracy, msg.loss, msg.step, msg.samples
             s.eval_consensus = msg.consensus
+            if msg.kept_own and not s.finish_kept_own:
+                s.finish_kept_own = True
+                self.metrics.finish_refused.inc()
+                log.warning("consensus finish: the agreed model was worse on the held-out split than ours before "
+                            "the finish; this node keeps its own model (the figures below are of it)")
             s.metrics = {k: float(v) for k, v in msg.metrics.items()
                          if isinstance(v, (int, float)) and abs(v) < float("inf")}  # finite: JSON has no NaN
             self.metrics.accuracy.set(msg.accuracy)

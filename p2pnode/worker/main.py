@@ -28,6 +28,7 @@ from p2pnode.wire.payload import ArchitectureMismatch, NonFiniteError, PayloadEr
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap, keep_genesis, replica_folder
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
 from p2pnode.worker.batchnorm import batchnorm_layers
+from p2pnode.worker.finish_guard import Figures, FinishGuard
 from p2pnode.worker.outer import OuterNesterov
 from p2pnode.worker.process import PeerLoop, run_spawned
 from p2pnode.worker.public import floating_state
@@ -60,6 +61,10 @@ class Worker(TrainerLoop, PeerLoop):
         self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,
                                     cfg.exchange.clip_refuse)
         self.dirty = False
+        #: the consensus finish's guard: our model as training left it (worker/finish_guard.py)
+        self.guard = FinishGuard()
+        #: the figures of the last evaluation
+        self.last_figures = Figures(float("nan"), float("nan"), 0)
         self.waiting = (cfg.training.min_peers > 0 or cfg.training.start_settle > 0) and not self.resumed
         self.published_step = self.trainer.step
         #: the synchronous mode (exchange.sync, resolved: config/mode_rule.py): the gradients'
@@ -114,6 +119,12 @@ class Worker(TrainerLoop, PeerLoop):
         if reason:
             self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason=reason, detail=detail[:300]))
             return
+        if self.guard.kept_own and self.trainer.done and msg.mode != ADOPT:
+            # the finish's merge was refused: the replica is kept in step, nothing is averaged,
+            # and no distance is reported (the daemon's agreement stays as it was)
+            self.send(Applied(token=msg.token, ok=True, peer=msg.peer, epoch=replica.epoch,
+                              version=replica.version, weight=0.0, distance=-1.0))
+            return
         weight = 1.0 if msg.mode == ADOPT else peer_weight(
             self.cfg.exchange.averaging, self.trainer.loss_ema, replica.loss, msg.nth)
         distance = relative_distance(self.trainer.model, replica.tensors)
@@ -154,8 +165,14 @@ class Worker(TrainerLoop, PeerLoop):
 
     def evaluate(self, samples: int, consensus: bool = False) -> None:
         acc, loss, n = self.trainer.evaluate(samples)
+        kept = False
+        if consensus and self.guard.check(self.trainer.model, Figures(acc, loss, n)):
+            self.publish(full=True)  # our own model again, whole: peers still averaging move to it
+            acc, loss, n = self.trainer.evaluate(samples)
+            kept = True
         self.send(Evaluated(step=self.trainer.step, accuracy=acc, loss=loss, samples=n,
-                            metrics=dict(self.trainer.metrics), consensus=consensus))
+                            metrics=dict(self.trainer.metrics), consensus=consensus, kept_own=kept))
+        self.last_figures = Figures(acc, loss, n)
 
     def finished(self) -> bool:
         return self.trainer.done
@@ -192,7 +209,9 @@ class Worker(TrainerLoop, PeerLoop):
         if t.done:
             if self.sync is not None:
                 self.final_mean()
-            self.evaluate(0)  # the final figure on the whole test set
+            # the final figure on the whole test set; the consensus finish's guard keeps it
+            self.evaluate(0)
+            self.guard.training_ended(self.trainer.model, self.last_figures)
 
     def final_mean(self) -> None:
         """exchange.sync, after the last step: our model becomes the mean of every node's (what
