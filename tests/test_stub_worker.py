@@ -2,7 +2,8 @@
 speaks the same pipe protocol and publishes a real model through the real codec, so tests of
 membership, auth, TLS and lifecycle need no torch in the worker. This checks the stub is a
 faithful stand-in where those tests rely on it: peers exchange sparse deltas, a SIGKILLed
-worker is restarted from its checkpoint, and the worker process never loads torch."""
+worker is restarted from its checkpoint, and the worker process never loads torch. The
+worker, first and restarted, runs below the daemon's CPU priority."""
 
 from __future__ import annotations
 
@@ -15,9 +16,15 @@ import pytest
 from daemon_util import worker_pid
 from nodes import wait_for
 
+from p2pnode.daemon.supervisor import WORKER_NICE
+
 pytestmark = pytest.mark.slow
 
 STUB = ["--set", "training.worker=stub"]
+
+
+def nice(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
 
 
 def loads_torch(pid: int) -> bool:
@@ -39,6 +46,7 @@ def test_stub_worker_nodes_exchange_and_restart(cluster) -> None:
     assert s["bootstrapped_from"] is None and b.status()["bootstrapped_from"] == ids["a"]
     pid = worker_pid(a.proc.pid)
     assert not loads_torch(pid)
+    assert nice(pid) == nice(a.proc.pid) + WORKER_NICE  # the daemon's loop gets a core first
 
     wait_for(lambda: (a.status()["training"]["last_checkpoint_step"] or 0) >= 10, 20, "a checkpoint")
     ckpt_step = a.status()["training"]["last_checkpoint_step"]
@@ -46,6 +54,7 @@ def test_stub_worker_nodes_exchange_and_restart(cluster) -> None:
     t = wait_for(lambda: (t := a.status()["training"])["worker_restarts"] == 1 and t["worker_alive"] and t, 30,
                  "the worker to be restarted")
     assert t["resumed"] and t["step"] >= ckpt_step, t
+    assert nice(worker_pid(a.proc.pid)) == nice(a.proc.pid) + WORKER_NICE
     ok = a.status()["peers"][ids["b"]]["ok"]
     wait_for(lambda: a.status()["peers"][ids["b"]]["ok"] >= ok + 3, 20, "exchanges to resume")
     assert a.status()["peers"][ids["b"]]["failed"] == 0
