@@ -112,7 +112,8 @@ class WorkerSupervisor:
                                        self.node_id),
                                  name="p2pnode-worker", daemon=True)
         self._proc.start()
-        lower_priority(self._proc.pid)
+        if self._proc.pid is not None:
+            lower_priority(self._proc.pid)
         child.close()
         self.pipe.attach(parent)
 
