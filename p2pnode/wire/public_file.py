@@ -163,8 +163,15 @@ class PublicReader:
         """x̂'s values at ``version``: every tensor (fresh arrays), or only those at ``indices``
         per tensor; None if the file is not at that version now or a publish changed it while it
         was read (try again)."""
-        seq, at, _, _ = self.state()
-        if seq & 1 or at != version:
+        got = self.read_any(indices)
+        return got[3] if got is not None and got[0] == version else None
+
+    def read_any(self, indices: Mapping[str, np.ndarray] | None = None
+                 ) -> tuple[int, int, float, dict[str, np.ndarray]] | None:
+        """(version, step, loss, values) at whatever version the file is now; None if a publish
+        was under way or changed it while it was read (try again)."""
+        seq, version, step, loss = self.state()
+        if seq & 1:
             return None
         out: dict[str, np.ndarray] = {}
         names = self.spec.names if indices is None else list(indices)
@@ -173,7 +180,7 @@ class PublicReader:
             out[name] = values if indices is None else values[indices[name]]
         if self.state()[0] != seq:
             return None
-        return out
+        return version, step, loss, out
 
     def close(self) -> None:
         self._closer()

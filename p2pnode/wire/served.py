@@ -333,6 +333,18 @@ class ServedModel:
             raise _Behind
         return got
 
+    def _snapshot_values(self) -> tuple[int, int, float, dict[str, np.ndarray]]:
+        """(version, step, loss, a copy of x̂) for a snapshot. From the worker's file, at the
+        version the file is at, which may be a publish ahead of the log (the worker wrote it
+        and its delta is on the way): a snapshot needs no delta, and the log's next entries
+        continue from it. Caller holds the lock; raises _Behind while a publish is under way."""
+        if self._file is None:
+            return self._version, self._step, self._loss, self._values()
+        got = self._file.read_any()
+        if got is None or got[0] < self._version:
+            raise _Behind
+        return got
+
     def _serve(self, since: int | None, epoch: str | None, chain: bool, genesis: str | None) -> ServeResult:
         with self._lock:
             epoch = self._asked_epoch(since, epoch, genesis)
@@ -355,12 +367,12 @@ class ServedModel:
                         if sum(len(e.data) for e in parts) < len(merged):
                             return ServeResult(200, join_body([e.data for e in parts]), "chain", v)
                     return ServeResult(200, merged, "delta", v)
-            if self._snapshot is None or (self._snapshot[0] != v and not self._reusable(self._snapshot[0])):
-                header = self.spec.header("snapshot", self.node_id, self._epoch, v,
-                                          base_version=-1, step=self._step, loss=self._loss)
+            if self._snapshot is None or (self._snapshot[0] < v and not self._reusable(self._snapshot[0])):
                 self._snapshot = None  # the old copy goes before the new one is made
-                copy = self._values()  # publishes go on while it streams
-                self._snapshot = (v, SnapshotBody(encode_parts(Snapshot(header, copy))))
+                at, step, loss, copy = self._snapshot_values()  # publishes go on while it streams
+                header = self.spec.header("snapshot", self.node_id, self._epoch, at,
+                                          base_version=-1, step=step, loss=loss)
+                self._snapshot = (at, SnapshotBody(encode_parts(Snapshot(header, copy))))
                 self._snapshot_at = time.monotonic()
             return ServeResult(200, b"", "snapshot", self._snapshot[0], self._snapshot[1])
 
