@@ -88,3 +88,31 @@ def test_the_fill_copies_in_order_across_batches() -> None:
         return bytes(await fill.finish())
 
     assert asyncio.run(main()) == want
+
+
+def test_the_sync_and_ps_model_fetcher_reads_a_big_answer_and_keeps_the_rate() -> None:
+    from p2pnode.config import Config
+    from p2pnode.exchange.model_fetch import ModelFetcher
+
+    parts = _parts(2 * BATCH)
+    want = b"".join(parts)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return PartsResponse(parts, lambda: hashlib.sha256(want).hexdigest())
+
+    async def main() -> tuple[bytes, float, float]:
+        runner, addr = await _serve(handler)
+        try:
+            async with PeerClient() as client:
+                fetcher = ModelFetcher(client, Config().exchange)
+                before = fetcher.transfer(addr).deadline(len(want))
+                answer = await fetcher.get(addr, "/v1/model", len(want), len(want))
+                return bytes(answer.body), before, fetcher.rates[addr]
+        finally:
+            await runner.cleanup()
+
+    body, deadline, rate = asyncio.run(main())
+    assert body == want
+    # before any measurement a body's deadline comes from exchange.min_rate (not one fixed timeout)
+    assert deadline > Config().exchange.timeout
+    assert rate > 0

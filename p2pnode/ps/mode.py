@@ -66,6 +66,7 @@ class PsWorkerMode(Mode):
         super().__init__(parts)
         sup = parts.supervisor
         self.client = PsClient(parts.cfg, sup.pipe, sup.clock, parts.client, parts.node_id)
+        self.client.max_body = parts.exchange.max_body  # the largest answer of our model
 
     def actors(self) -> dict[str, Callable[[], Awaitable[None]]]:
         return {"push-pull": self.client.run}

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from p2pnode.config import Config
 from p2pnode.daemon.pipe import WorkerPipe
 from p2pnode.daemon.state import StepClock
-from p2pnode.net.client import PeerClient, PeerError
+from p2pnode.exchange.model_fetch import ModelFetcher
+from p2pnode.exchange.rounds import deliver_timeout
+from p2pnode.net.client import DEFAULT_MAX_BODY, PeerClient, PeerError
 from p2pnode.pipe_protocol import ADOPT, Message
 from p2pnode.ps.messages import PsGradient, PsRoundEnd
 from p2pnode.ps.gradient_route import PATH
@@ -35,6 +38,9 @@ class PsClient:
         self.pipe = pipe
         self.clock = clock
         self.client = client
+        self.fetcher = ModelFetcher(client, cfg.exchange)
+        #: the largest answer of our model (wire/codec.py payload_limit; set by the mode)
+        self.max_body: Callable[[], int] = lambda: DEFAULT_MAX_BODY
         self.node_id = node_id
         self.server = cfg.node.seeds[0]
         self.gradients: asyncio.Queue[PsGradient] = asyncio.Queue(maxsize=4)
@@ -69,10 +75,10 @@ class PsClient:
         return True
 
     async def pull(self) -> bool:
-        timeout = self.cfg.exchange.timeout
         query = "/v1/model" if self.version is None else f"/v1/model?since={self.version}&epoch={self.epoch}"
         try:
-            resp = await self.client.request("GET", self.server, query, b"", timeout)
+            # the server's weights are model-sized: the exchange's deadlines from their size
+            resp = await self.fetcher.get(self.server, query, self.max_body(), 4 * self.pipe.params)
         except PeerError as exc:
             log.warning("pull from the server failed: %s", exc)
             self.totals["pull_failures"] += 1
@@ -86,7 +92,7 @@ class PsClient:
         if resp.headers.get("X-P2P-Kind") == "snapshot":
             self.totals["snapshots"] += 1
         try:
-            applied = await self.pipe.deliver(self.server, resp.body, ADOPT, timeout)
+            applied = await self.pipe.deliver(self.server, resp.body, ADOPT, deliver_timeout(len(resp.body)))
         except (TimeoutError, ConnectionError, OSError):
             return False
         if not applied.ok:

@@ -27,6 +27,8 @@ from aiohttp import web
 
 from p2pnode.config import Config
 from p2pnode.daemon.pipe import WorkerPipe
+from p2pnode.exchange.model_fetch import ModelFetcher
+from p2pnode.exchange.rounds import deliver_timeout
 from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
@@ -73,6 +75,7 @@ class SyncActor:
         self.cfg = cfg
         self.pipe = pipe
         self.client = client
+        self.fetcher = ModelFetcher(client, cfg.exchange)
         self.node_id = node_id
         self.peers = peers  #: the running peers (not us)
         self.body_limit = body_limit
@@ -200,12 +203,13 @@ class SyncActor:
         addr = next((m.addr for m in self.peers() if m.node_id == rid), "")
         if not addr:
             return
-        timeout = self.cfg.exchange.timeout
         try:
-            resp = await self.client.request("GET", addr, f"/v1/model?from={self.node_id}", b"", timeout)
+            # a model-sized answer: the exchange's deadlines from its size, read off the loop
+            resp = await self.fetcher.get(addr, f"/v1/model?from={self.node_id}", self.body_limit(),
+                                          4 * self.pipe.params)
             if resp.status != 200:
                 raise PeerError(f"HTTP {resp.status}")
-            applied = await self.pipe.deliver(rid, resp.body, ADOPT, timeout)
+            applied = await self.pipe.deliver(rid, resp.body, ADOPT, deliver_timeout(len(resp.body)))
         except (PeerError, TimeoutError, ConnectionError, OSError) as exc:
             log.warning("catching up with %s's model failed: %s", rid, exc)
             if again:  # the first try: told we are behind again, try again in a second, not ten
