@@ -54,21 +54,31 @@ class WorkerFailed(RuntimeError):
     """The worker cannot train at all; restarting would not help."""
 
 
-#: how much lower the worker's CPU priority is than the daemon's (nice steps). The daemon's event
-#: loop answers pings, health checks and fetches within 100 ms only if it gets a core when it
-#: wakes; a worker computing flat out (a 124M model's top-k publish burns a core for seconds)
-#: otherwise holds it in the run queue beside the other processes. On a machine of its own the
-#: worker loses nothing: the daemon sleeps nearly all the time.
+#: how much lower the worker's CPU priority is than the daemon's (nice steps), once it trains.
+#: The daemon's event loop answers pings, health checks and fetches within 100 ms only if it
+#: gets a core when it wakes; a worker computing flat out (a 124M model's top-k publish burns a
+#: core for seconds) otherwise keeps it in the run queue. On a machine of its own the worker
+#: loses nothing: the daemon sleeps nearly all the time. The worker starts (imports torch,
+#: builds its model) at the daemon's priority, so that its start-up (35 s for a torch worker on a
+#: loaded 2-core machine) is not slowed further.
 WORKER_NICE = 5
 
 
 def lower_priority(pid: int) -> None:
-    """Start the worker ``WORKER_NICE`` steps below the daemon (its threads, created later,
-    inherit it). Raising a niceness needs no privilege; a failure only leaves it equal."""
+    """Put every thread of process ``pid`` ``WORKER_NICE`` steps below the daemon (on Linux a
+    niceness is a thread's; threads created later inherit their creator's). Raising a niceness
+    needs no privilege; a failure only leaves the worker's equal to the daemon's."""
+    want = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE)
     try:
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE))
-    except OSError as exc:
-        log.debug("worker priority left as the daemon's: %s", exc)
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        tids = [pid]
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < want:
+                os.setpriority(os.PRIO_PROCESS, tid, want)
+        except OSError as exc:
+            log.debug("worker thread %d's priority left as it was: %s", tid, exc)
 
 
 class WorkerSupervisor:
@@ -112,8 +122,6 @@ class WorkerSupervisor:
                                        self.node_id),
                                  name="p2pnode-worker", daemon=True)
         self._proc.start()
-        if self._proc.pid is not None:
-            lower_priority(self._proc.pid)
         child.close()
         self.pipe.attach(parent)
 
@@ -243,6 +251,8 @@ class WorkerSupervisor:
         self.model.changed()
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
+        if self._proc is not None and self._proc.pid is not None:
+            lower_priority(self._proc.pid)  # it has started: it trains below the daemon
         s.classes = list(msg.classes)
         s.batchnorm_layers = msg.batchnorm
         s.optimizer, s.adaptive = msg.optimizer, msg.adaptive
