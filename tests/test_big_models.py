@@ -62,6 +62,9 @@ def test_two_daemons_exchange_a_100m_parameter_model(cluster: Start) -> None:
     wait_for(lambda: (b.state_dir / "checkpoint.stub").exists(), 60, "b's checkpoint")
     assert (b.state_dir / "checkpoint.stub").stat().st_size > 4 * params
     assert "periodic checkpoint did not complete" not in a.log() + b.log()
+    # the final checkpoint at stop has time from the model's size (a fixed 5 s left it unwritten)
+    assert b.stop(60) == 0
+    assert "final checkpoint was not written" not in b.log() and "did not stop cleanly" not in b.log()
 
 
 #: the nodes of the /healthz test, and its probe, run at this priority: what is measured is the

@@ -32,6 +32,7 @@ from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
+from p2pnode.daemon.pipe import FINAL_FLOOR, final_checkpoint_timeout
 from p2pnode.daemon.supervisor import WorkerFailed, WorkerSupervisor
 from p2pnode.membership.base import JoinError, Membership, MemberState
 from p2pnode.membership.simple import SimpleMembership
@@ -259,15 +260,19 @@ class Node:
         log.info("shutting down: leaving the cluster, writing a final checkpoint")
         notify.notify("STOPPING=1")
         assert self.membership is not None
-        # systemd (and the tests) allow 10 s from SIGTERM to exit: leave, final checkpoint and
-        # a hung worker's 2 s grace before it is killed all fit in 7.
+        # systemd (and the tests) allow 10 s from SIGTERM to exit: for a small model the leave,
+        # final checkpoint and a hung worker's 2 s grace before it is killed all fit in 7. A big
+        # model's final checkpoint gets time from its size, and systemd is told to wait for it.
         started = time.monotonic()
+        budget = final_checkpoint_timeout(self.supervisor.pipe.params)
+        if budget > FINAL_FLOOR:
+            notify.notify(f"EXTEND_TIMEOUT_USEC={int((budget + 5.0) * 1e6)}")
         try:
             async with asyncio.timeout(2.0):
                 await self.membership.leave()
         except TimeoutError:
             log.warning("leave announcement did not finish in 2 s")
-        await self.supervisor.stop(checkpoint=True, timeout=5.0 - (time.monotonic() - started))
+        await self.supervisor.stop(checkpoint=True, timeout=budget - (time.monotonic() - started))
         raise ShutdownRequested
 
     # --- life -------------------------------------------------------------------------------
