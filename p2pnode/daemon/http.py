@@ -5,8 +5,9 @@
 the headers, p2pnode/daemon/push.py). Every request passes the
 guard first (``p2pnode.net.guard``: a rate per client IP, 429 beyond; bodies read streaming
 under the endpoint's limit, 413 as soon as one passes it; bounded concurrent body reads and
-bytes, 503 beyond). A POST /v1/model body may be no larger than ``http.max_request_bytes``
-nor than a payload of this model can be; a payload the worker refuses
+bytes, 503 beyond). A POST /v1/model body (and a mode's model-sized route's) may be as large
+as a payload of this model can be (``http.max_payload_bytes`` caps it where set, as it caps a
+fetched one; it is read into one buffer in a thread); a payload the worker refuses
 gets 400 (malformed), 409 (no replica to apply a delta to) or 422 (another architecture,
 non-finite values), and changes nothing. A bad query (``?since=abc``, no ``?from=``) gets 400.
 Every refusal is counted in ``p2pnode_payloads_rejected_total`` by reason.
@@ -37,6 +38,7 @@ from p2pnode.net.guard import BodyBudget, GuardLimits, TokenBuckets, guard_middl
 from p2pnode.net.stream import SLICE, PartsResponse, sha256_of
 from p2pnode.net.server import MAX_MESSAGE, auth_middleware, error, unsigned_refusal
 from p2pnode.pipe_protocol import PublishNow
+from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.genesis import DIGEST_RE
 from p2pnode.wire.prefix import prefix_error
 from p2pnode.wire.served import ServedModel
@@ -146,23 +148,25 @@ class HttpApi:
         self.metrics.rejected.labels(reason).inc()
 
     def post_limit(self) -> int:
-        """The largest POST /v1/model body: ``http.max_request_bytes``, and no more than a
-        payload of this model can be (a delta naming every element: 4-byte index and value
-        each, plus its header), so garbage stops long before that limit on a small model."""
-        limit = self.cfg.http.max_request_bytes
+        """The largest POST /v1/model body (and a mode's model-sized one): as large as a
+        payload of this model can be (a delta naming every element, wire/codec.py
+        payload_limit), capped by ``http.max_payload_bytes`` where set, as a fetched payload
+        is; not by ``http.max_request_bytes``, a fixed size that refused every push of a model
+        over 8M parameters. Before the model is known, ``http.max_request_bytes``."""
         served = self.model.served
-        if served is not None:
-            spec = served.spec
-            limit = min(limit, 8 * spec.numel + 256 * len(spec.tensors) + 64 * 1024)
-        return limit
+        if served is None:
+            return self.cfg.http.max_request_bytes
+        return payload_limit(served.spec, self.cfg.http.max_payload_bytes)
 
     def body_limit(self, request: web.Request) -> int:
         """The largest body the endpoint of ``request`` takes (the guard reads no more)."""
         if request.path == PUSH_PATH or request.path in self.routes.model_sized:
             return self.post_limit()
         if request.path.startswith("/v1/membership/"):
-            return MEMBERSHIP_BODY.get(request.path.removeprefix("/v1/membership/"), SWIM_MESSAGE_BODY)
-        return MAX_MESSAGE
+            limit = MEMBERSHIP_BODY.get(request.path.removeprefix("/v1/membership/"), SWIM_MESSAGE_BODY)
+        else:
+            limit = MAX_MESSAGE
+        return min(limit, self.cfg.http.max_request_bytes)
 
     def body_prefix_error(self, request: web.Request, prefix: bytes) -> str | None:
         """For POST /v1/model: why the body's first bytes cannot begin a payload of this model."""
@@ -188,7 +192,7 @@ class HttpApi:
             limits, self.body_limit, count, precheck, self.body_prefix_error)
         middlewares = [guard]
         if secret:
-            middlewares.append(auth_middleware(secret, h.max_request_bytes, count))
+            middlewares.append(auth_middleware(secret, self.body_limit, count))
         app = web.Application(client_max_size=h.max_request_bytes, middlewares=middlewares)
         app.router.add_get("/v1/model", self.get_model)
         app.router.add_post("/v1/model", self.post_model)
@@ -297,7 +301,9 @@ class HttpApi:
         if self.model.served is None:
             return error(503, "model not ready")
         try:
-            applied = await self.worker.deliver(peer, body)
+            # a big model's payload crosses the pipe and is applied between two steps: 30 s and
+            # a second more per 4 MB (the exchange's deliver_timeout)
+            applied = await self.worker.deliver(peer, body, timeout=30.0 + len(body) / 4e6)
         except (TimeoutError, ConnectionError, OSError):
             return error(503, "the training worker did not take the payload")
         if not applied.ok:

@@ -13,9 +13,11 @@ headers and the source address alone, whether a request may cost this node anyth
   over it gets 413 before reading, a chunked body 413 as soon as it passes it, never read whole
   first; a long body whose first 64 KiB cannot begin what the endpoint takes (a model payload)
   gets 400 then. At most ``http.max_body_reads`` bodies are read at once (half of them from one
-  address) and at most ``http.max_inflight_bytes`` bytes are held for them; beyond either the
-  answer is 503 with ``Retry-After``. A body that stalls for ``CHUNK_TIMEOUT`` seconds, or
-  takes over ``BODY_TIMEOUT`` in all, gets 408. Nothing more of a refused body is read: its
+  address) and at most ``http.max_inflight_bytes`` bytes are held for them (one body alone may
+  be larger, as its endpoint allows: a big model's push); beyond either the answer is 503 with
+  ``Retry-After``. A body that stalls for ``CHUNK_TIMEOUT`` seconds, or takes over
+  ``BODY_TIMEOUT`` in all (and a second more for every ``BODY_RATE`` bytes it declares), gets
+  408. A model-sized body is read into one buffer filled in a thread, never on the loop. Nothing more of a refused body is read: its
   connection is paused and cut ``LINGER_S`` later; and a refused body costs its sender
   ``REFUSED_BODY_COST`` requests of its rate. The bytes stay reserved until the handler has answered. The body is
   handed on as ``request.read()``'s cached result, so the signature check and the handlers see
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from p2pnode.net.bodyfill import BodyFill
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -52,6 +56,12 @@ LINGER_S = 1.0
 #: seconds a body may go without a byte, and seconds its whole read may take (408 beyond)
 CHUNK_TIMEOUT = 10.0
 BODY_TIMEOUT = 120.0
+#: bytes/s a long body's whole read is allowed beyond BODY_TIMEOUT (a 1 GB model pushed at
+#: 4 MB/s or faster): the time a body may take follows its declared size
+BODY_RATE = 4e6
+#: bodies declared longer than this are read into one buffer filled in a thread and handed on as
+#: a memoryview: only model-sized routes take them (every other endpoint's limit is 4 MiB or less)
+BIG_BODY = 8 << 20
 
 
 @dataclass
@@ -134,7 +144,9 @@ class BodyBudget:
             self.by_source[source] = left
 
     def take(self, n: int) -> bool:
-        if self.max_bytes > 0 and self.bytes + n > self.max_bytes:
+        """Hold ``n`` more bytes. Beyond ``max_bytes`` only a body alone (nothing else held),
+        which its endpoint's limit bounds: a big model's push is larger than the budget."""
+        if self.max_bytes > 0 and self.bytes + n > self.max_bytes and self.bytes > 0:
             return False
         self.bytes += n
         return True
@@ -156,39 +168,59 @@ PREFIX_BYTES = 64 * 1024
 
 
 async def read_bounded(request: web.Request, limit: int, budget: BodyBudget,
-                       prefix_check: PrefixCheck | None = None) -> tuple[bytes, int]:
+                       prefix_check: PrefixCheck | None = None) -> tuple[bytes | memoryview, int]:
     """Read the body under ``limit`` and ``budget``; return it and the bytes reserved for it
-    (to release when the request is done). Raises BodyRefused; reserves nothing then."""
+    (to release when the request is done). Raises BodyRefused; reserves nothing then. A body
+    declared over BIG_BODY (a pushed model) is read into one buffer filled in a thread
+    (net/bodyfill.py: never grown, joined or copied on the event loop) and returned as a
+    memoryview; it may take BODY_TIMEOUT and a second more for every BODY_RATE bytes."""
     declared = request.content_length
     if declared is not None and declared > limit:
         raise BodyRefused(413, "too-large", f"body over {limit} bytes")
     reserved = 0
+    fill: BodyFill | None = None
     try:
         if declared is not None:
             if not budget.take(declared):
                 raise BodyRefused(503, "busy", "too many request bytes in flight; retry later")
             reserved = declared
-        buf = bytearray()
-        deadline = asyncio.get_running_loop().time() + BODY_TIMEOUT
+        if declared is not None and declared > BIG_BODY:
+            fill = BodyFill(declared)
+        buf = bytearray()  # the whole body, or (with ``fill``) its first PREFIX_BYTES
+        got = 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BODY_TIMEOUT + (declared or 0) / BODY_RATE
         while True:
-            async with asyncio.timeout_at(min(deadline, asyncio.get_running_loop().time() + CHUNK_TIMEOUT)):
+            async with asyncio.timeout_at(min(deadline, loop.time() + CHUNK_TIMEOUT)):
                 chunk = await request.content.readany()
             if not chunk:
                 break
-            before = len(buf)
-            buf += chunk
-            if prefix_check is not None and before < PREFIX_BYTES <= len(buf):
+            before = got
+            got += len(chunk)
+            if got > limit or (declared is not None and got > declared):
+                raise BodyRefused(413, "too-large", f"body over {min(limit, declared or limit)} bytes")
+            if fill is None:
+                buf += chunk
+            else:
+                if before < PREFIX_BYTES:
+                    buf += chunk[:PREFIX_BYTES - before]
+                await fill.add(chunk)
+            if prefix_check is not None and before < PREFIX_BYTES <= got:
                 reason = prefix_check(request, bytes(buf[:PREFIX_BYTES]))
                 if reason is not None:
                     raise BodyRefused(400, "malformed", reason)
-            if len(buf) > limit:
-                raise BodyRefused(413, "too-large", f"body over {limit} bytes")
-            if len(buf) > reserved:
-                if not budget.take(len(buf) - reserved):
+            if got > reserved:
+                if not budget.take(got - reserved):
                     raise BodyRefused(503, "busy", "too many request bytes in flight; retry later")
-                reserved = len(buf)
+                reserved = got
+        if fill is not None:
+            if got != declared:
+                raise BodyRefused(400, "malformed", f"body of {got} bytes, {declared} declared")
+            return await fill.finish(), reserved
         return bytes(buf), reserved
     except BaseException:
+        if fill is not None:
+            fill.abandon()
         budget.bytes -= reserved
         raise
 
@@ -253,8 +285,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
         reserved = 0
         try:
             try:
-                body, reserved = await read_bounded(request, min(body_limit(request), request.client_max_size),
-                                                    budget, prefix_check)
+                body, reserved = await read_bounded(request, body_limit(request), budget, prefix_check)
             except BodyRefused as exc:
                 return await refuse_and_close(request, exc.status, exc.reason, str(exc))
             except TimeoutError:
@@ -263,7 +294,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
                 budget.end_read(source)
             # aiohttp's request.read() returns this cached copy from now on (signature check,
             # handlers), so nothing reads the stream a second time
-            request._read_bytes = body  # type: ignore[attr-defined]
+            request._read_bytes = body  # type: ignore[attr-defined,assignment]
             return await handler(request)
         finally:
             budget.release(reserved)

@@ -20,7 +20,7 @@ from p2pnode.net.auth import (
     verify,
 )
 from p2pnode.net.stream import PartsResponse
-from p2pnode.net.client import MSGPACK
+from p2pnode.net.client import INLINE_BYTES, MSGPACK
 
 log = logging.getLogger("p2pnode.http")
 
@@ -34,7 +34,7 @@ MAX_MESSAGE = 1024 * 1024  # membership and control messages are small
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def auth_middleware(secret: bytes, max_body: int | None = None,
+def auth_middleware(secret: bytes, max_body: int | Callable[[web.Request], int] | None = None,
                     on_reject: Callable[[str], None] | None = None) -> Any:
     """Reject unsigned, badly signed or replayed requests before any body is decoded, and sign
     every answer to a signed request (``X-P2P-Response-Signature``, p2pnode.net.auth).
@@ -59,13 +59,17 @@ def auth_middleware(secret: bytes, max_body: int | None = None,
             return await handler(request)
         if not (request.headers.get(HEADER_SIG) and request.headers.get(HEADER_TS)):
             return refuse(401, "unauthorized", "missing or bad signature")
-        if max_body is not None and request.content_length is not None and request.content_length > max_body:
-            return refuse(413, "too-large", f"body over {max_body} bytes")
+        most = max_body(request) if callable(max_body) else max_body
+        if most is not None and request.content_length is not None and request.content_length > most:
+            return refuse(413, "too-large", f"body over {most} bytes")
         try:
             body = await request.read()  # read already by the guard, under the endpoint's limit
         except web.HTTPRequestEntityTooLarge:
             return refuse(413, "too-large", f"body over {request.client_max_size} bytes")
-        if not verify(secret, request.method, request.path_qs, body, request.headers):
+        # a model-sized body (a pushed model) is hashed in a thread: hashlib lets go of the GIL
+        ok = (verify(secret, request.method, request.path_qs, body, request.headers) if len(body) <= INLINE_BYTES
+              else await asyncio.to_thread(verify, secret, request.method, request.path_qs, body, request.headers))
+        if not ok:
             return refuse(401, "unauthorized", "missing or bad signature")
         request_sig = request.headers[HEADER_SIG]
         if not replays.fresh(request_sig, int(request.headers[HEADER_TS])):
