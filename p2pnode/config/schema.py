@@ -294,9 +294,10 @@ class CheckpointConfig(Table):
 
 
 class HttpConfig(Table):
-    #: largest request body accepted, bytes (413 beyond)
+    #: largest request body accepted, bytes (413 beyond); a pushed model's (POST /v1/model) follows
+    #: the model instead, as max_payload_bytes says
     max_request_bytes: Positive = 64 * 1024 * 1024
-    #: largest model payload accepted from a peer, bytes. 0 (the default): as large as a payload
+    #: largest model payload accepted from a peer (fetched or pushed), bytes. 0 (the default): as large as a payload
     #: of this node's model can be (a delta naming every element, ~8 bytes a parameter;
     #: wire/codec.py max_encoded_bytes), so a model of any size can be exchanged; a value set
     #: here caps that further (an override, never a raise)
