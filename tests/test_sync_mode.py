@@ -348,7 +348,9 @@ def test_the_default_picks_the_synchronous_mode_with_a_secret_and_gossip_without
         mode = s["mode"]
         assert (mode["name"], mode["setting"]) == ("powersgd", "auto") and "cluster secret" in mode["why"], mode
         assert mode["optimizer"] == "SGD" and mode["adaptive"] is False and mode["advice"] is None, mode
-        assert s["sync"]["rounds"] >= s["training"]["step"] - 2 and s["sync"]["last_count"] == 2, s["sync"]
+        # all-reduce rounds this node's gradient was in (how many, on a loaded machine, varies:
+        # a node late for a round is left out of it and replays it; test_three_nodes_... counts)
+        assert s["sync"]["rounds"] > 0 and s["sync"]["included"] > 0 and s["bytes"]["sync_received"] > 0, s["sync"]
         assert s["exchanges"]["done"] == 0  # no gossip beside it
         assert "mode powersgd (exchange.sync = auto)" in node.log()
     g = open_node.wait_ready()
