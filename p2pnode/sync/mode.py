@@ -70,9 +70,11 @@ class SyncMode(Mode):
                         "node.secret_file (docs/ALGORITHMS.md)", cfg.exchange.sync)
         if cfg.training.min_peers == 0:
             picked = "" if cfg.exchange.sync == "powersgd" else " (exchange.sync = auto, with a cluster secret)"
-            log.warning("the synchronous mode%s with training.min_peers = 0: this node steps from its start, "
-                        "alone until others join; set training.min_peers to the cluster's size less one to start "
-                        "every node together, as DDP's ranks do (docs/ALGORITHMS.md)", picked)
+            start = ("waits only for membership to settle (training.start_settle) before its first step"
+                     if cfg.training.start_settle > 0 else "steps from its start, alone until others join")
+            log.warning("the synchronous mode%s with training.min_peers = 0: this node %s; set training.min_peers "
+                        "to the cluster's size less one to start every node together, as DDP's ranks do "
+                        "(docs/ALGORITHMS.md)", picked, start)
 
     def joined(self) -> None:
         self.actor.joined.set()
