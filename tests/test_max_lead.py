@@ -63,6 +63,47 @@ def test_off_by_default() -> None:
     assert not pace.enabled and pace.update("a") is None and not pace.holds(100)
 
 
+def test_a_new_worker_life_is_told_the_bound_even_when_it_is_none() -> None:
+    """The daemon notices a worker's life at its first fetch, after the first round's Hold went
+    to it: the next bound must reach that worker even when it is "none" (peers' steps stale),
+    or the worker stays held at the first bound while the daemon, bounded by nothing, never
+    tells it again (a 110M model's gossip node stopped so at step 10 of 12)."""
+    import asyncio
+    import multiprocessing
+
+    from p2pnode.daemon.metrics import NodeMetrics
+    from p2pnode.daemon.pipe import WorkerPipe
+    from p2pnode.pipe_protocol import Hold, receive
+
+    async def run() -> list[int]:
+        ours, theirs = multiprocessing.Pipe()
+        pipe = WorkerPipe(NodeMetrics())
+        pipe.attach(ours)
+        clock = Clock()
+        pace = Pace(8, clock=clock)
+        told: list[int] = []
+
+        def heard() -> None:
+            while theirs.poll(0.5):
+                msg = receive(theirs)
+                assert isinstance(msg, Hold)
+                told.append(msg.limit)
+
+        pace.saw("a", 2)
+        await pace.tell(pipe, "a")  # the first round: held at step 10
+        await asyncio.to_thread(heard)
+        pace.new_worker()  # the first fetch notices this worker's life
+        clock.now = FRESH + 1.0  # the peer's step is stale: no bound
+        await pace.tell(pipe, "a")
+        await pace.tell(pipe, "a")  # told once
+        await asyncio.to_thread(heard)
+        theirs.close()
+        await pipe.detach()
+        return told
+
+    assert asyncio.run(run()) == [10, -1]
+
+
 def steps(node) -> int:
     return node.status()["training"]["step"]
 

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 FRESH = 10.0
 #: seconds over which a peer's step rate is measured
 RATE_WINDOW = 1.0
+#: the bound the worker holds is not known (a new worker life noticed): the next one is sent
+UNKNOWN = object()
 
 
 class Pace:
@@ -47,7 +49,8 @@ class Pace:
         self._rates: dict[str, float] = {}  # steps a second, over the last RATE_WINDOW or more
         self.limit: int | None = None
         self.held_seconds = 0.0  #: time the worker spent held (status)
-        self._told: int | None = None  # the bound the worker holds now (None: none, as every life starts)
+        # the bound the worker holds now (None: none, as every life starts; UNKNOWN: not known)
+        self._told: int | None | object = None
 
     @property
     def enabled(self) -> bool:
@@ -83,8 +86,13 @@ class Pace:
         return self.limit
 
     def new_worker(self) -> None:
-        """A new worker life starts unbounded: the next limit must be sent to it again."""
-        self._told = None
+        """A new worker life: what it holds is not known, so the next limit is sent whatever it
+        is, "none" included. The daemon notices a new life at its first fetch, which comes
+        after the first round's Hold went to that worker: taking that for "none" left the
+        worker held at that bound for good once every later reference was "none" (its peers'
+        steps stale: a big model's rounds are longer than FRESH), since a "none" equal to what
+        was told sends nothing and a daemon bounded by nothing never asks again."""
+        self._told = UNKNOWN
 
     async def tell(self, worker: WorkerPipe, alive: Iterable[str]) -> None:
         """Recompute the limit and send the worker a Hold when it changed (``worker``: the
