@@ -1,7 +1,7 @@
 """Big models between real daemons on loopback: a 100M-parameter model (400 MB of float32) is
 exchanged with no payload limit set by hand; a node serving and decoding a 120 MB payload keeps
-answering ``/healthz`` within 100 ms (95 % of probes on a loaded machine, none near a second:
-see the test); a peer that
+answering ``/healthz`` within 100 ms (every probe on a quiet machine; 98 % on a loaded one, none
+over 0.5 s: see the test); a peer that
 trickles its model's bytes is cut off.
 
 The stub worker with ``training.stub_params`` carries the big model: its steps cost next to
@@ -11,6 +11,7 @@ the pipe, replicas, checkpoints)."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -79,6 +80,7 @@ def test_healthz_answers_while_a_big_payload_is_served_and_decoded(tmp_path: Pat
     b = BareNode(tmp_path, "b", [*FAST, *big(params)], [a.addr], prefix=PRIORITY)
     out = tmp_path / "probe.json"
     probe: subprocess.Popen[bytes] | None = None
+    load = os.getloadavg()[0]
     try:
         a.start().wait_ready(120)
         probe = subprocess.Popen([*PRIORITY, sys.executable, str(TESTS / "healthz_probe.py"), a.addr, b.addr,
@@ -88,6 +90,7 @@ def test_healthz_answers_while_a_big_payload_is_served_and_decoded(tmp_path: Pat
                  "b to take a's model")
         wait_for(lambda: get_json(b.addr)["exchanges"]["done"] >= 3, 60, "b's exchanges")
         loops = {n.name: get_json(n.addr)["event_loop"] for n in (a, b)}
+        load = max(load, os.getloadavg()[0])
         suspects = [get_json(n.addr)["membership"]["counts"]["suspect"] for n in (a, b)]
     finally:
         if probe is not None:
@@ -102,13 +105,21 @@ def test_healthz_answers_while_a_big_payload_is_served_and_decoded(tmp_path: Pat
         slow = sorted(t for t in times if t >= 0.1)
         said = (f"{len(slow)} of {len(times)} probes over 100 ms (the slowest {slow[-3:]}), median "
                 f"{statistics.median(times):.4f} s; event loops: {loops}")
-        # The event loop is never held by model-sized work: serving, decoding, hashing and
-        # copying run in threads (numpy's copies, which let go of the GIL) and in the worker.
-        # Before, a 120 MB payload held it for 1.3 s (and a 400 MB one 6 s, enough for SWIM to
-        # suspect the node). On this shared 2-core machine, at a load of 13-20 from other jobs,
-        # 0-10 probes of 400-600 still took 0.1-0.3 s, at the nodes' own raised priority: so
-        # 95 % within 100 ms, and none near a second. On a quiet machine, expect none over.
-        assert len(slow) <= len(times) // 20 and (not slow or slow[-1] < 0.8), (addr, said)
+        print(addr, said, f"load {load:.1f}")  # shown with -s
+        # The event loop is never held by model-sized work: serving, decoding, hashing, the
+        # body's copies into its buffer (net/bodyfill.py) and the pipe's frames (os.readv) run
+        # in threads that let go of the GIL, a streamed answer lets the loop run between its
+        # slices, and the worker runs below the daemon's priority. Before, a 120 MB payload held
+        # the loop 1.3 s. What still delays an answer is the machine: with other jobs on these 2
+        # shared cores (load 6-8), 0-1 of 220-450 probes took over 100 ms (at most 0.2 s), the
+        # daemon's main thread waiting in the run queue or the whole machine stalled (both
+        # daemons and a sampler at the same raised priority, 0.37 s at once). So: on a quiet
+        # machine (load under the cores) every probe within 100 ms; on a loaded one 2 % may take
+        # longer, none 0.5 s.
+        if load < (os.cpu_count() or 1):
+            assert not slow, (addr, said, load)
+        else:
+            assert len(slow) <= len(times) // 50 and (not slow or slow[-1] < 0.5), (addr, said, load)
     assert suspects == [0, 0]
 
 
