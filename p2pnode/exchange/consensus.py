@@ -22,6 +22,14 @@ CONSENSUS_WINDOW = 4
 #: our selection graph no longer gives us (the graph changes as nodes join) is never measured
 #: again, and its distance from before would hold agreement off for good
 STALE_AFTER = 4 * CONSENSUS_WINDOW
+#: averages since training ended after which a finish that has not agreed ends all the same
+#: ("stalled"; the worker's guard then decides whether to keep the merge: worker/finish_guard.py).
+#: Why: a peer whose guard refused its merge keeps its own model and averages no more, so peers
+#: that kept different models never come within tolerance of each other, and a node averaging
+#: with them would exchange at the finish's quick pace for good (seen: a run with one worker
+#: restarted from step 0 waited over 10 minutes). A finish that agrees takes a few dozen
+#: averages (nodes started together or 30 s apart, 4 nodes)
+STALL_AFTER = 32 * CONSENSUS_WINDOW
 
 
 class ConsensusFinish:
@@ -73,8 +81,10 @@ class ConsensusFinish:
         alone = not peers and not left_out
         reached = done and (tol <= 0 or alone or (peers > 0 and (
             len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol)))
+        stalled = done and not reached and self.averages_after_done >= STALL_AFTER
         self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
-        return {"reached": reached, "max_distance": worst, "tolerance": tol, "peers": peers, "left_out": left_out}
+        return {"reached": reached or stalled, "stalled": stalled, "max_distance": worst, "tolerance": tol,
+                "peers": peers, "left_out": left_out}
 
     async def evaluate_agreed(self, reached: bool, worker: WorkerPipe) -> None:
         """On reaching agreement, ask the worker for the test-set figures of the model it now
