@@ -82,6 +82,8 @@ def main() -> int:
     ap.add_argument("--task", choices=["sizetask", "gpt2"], default="sizetask")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     ap.add_argument("--replicas", type=int, default=3, help="peers' replicas held (a 4-node cluster: 3)")
+    ap.add_argument("--whole-publish", action="store_true",
+                    help="also a whole publish (every entry, float32: what a node sends once after its bootstrap)")
     add_output_args(ap, SECTION)
     args = ap.parse_args()
     m = Meter()
@@ -129,6 +131,15 @@ def main() -> int:
         for p in model.parameters():
             p.add_(torch.randn_like(p), alpha=1e-3)
     published = m.part("worker", "a publish (top-10 %, int8: transient)", lambda: pub.publish(1, 1.0))
+    if args.whole_publish:  # what a node publishes once after adopting a peer's model (its bootstrap)
+        whole = DeltaPublisher(model, spec, build_sparsifier("topk:density=0.1"), "me", secrets.token_hex(6), 0,
+                               "int8")  # in memory: the file's pages would be counted here too
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.rand_like(p) + 0.5)  # every entry moves, as after an adoption
+        m.part("worker", "a whole publish (after adopting a peer's model: transient)",
+               lambda: whole.publish(2, 1.0, full=True))
+        del whole
     big = "" if dense >= 64 * 1024 * 1024 else " (below the threshold: memory)"
     genesis = m.part("worker", f"version-0 copy for replicas, in a file{big}",
                      lambda: keep_genesis(tmp, spec, pub.xhat))

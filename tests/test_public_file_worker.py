@@ -63,8 +63,17 @@ def test_served_from_the_worker_file_bit_equal(tmp_path: Path, monkeypatch: pyte
         replica.apply(decode(served.serve(replica.version, "e0").body, spec))
     assert served.serve(old.version, "e0").kind == "delta"
     old.apply(decode(served.serve(old.version, "e0").body, spec))
+    # a whole publish (after adopting a peer's model): every entry, indices a shared range
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.rand_like(p) + 0.5)  # every entry moves
+    served.publish(pub.publish(6, 1.0, full=True))
     for r in (replica, old):
-        assert r.version == pub.version == 5
+        r.apply(decode(served.serve(r.version, "e0").body, spec))
+    for name, x in floating_state(model).items():
+        assert np.allclose(pub.xhat[name].numpy(), x.detach().reshape(-1).numpy(), atol=1e-6), name  # x̂ ≈ the model
+    for r in (replica, old):
+        assert r.version == pub.version == 6
         for name, x in pub.xhat.items():
             assert np.array_equal(r.arrays[name], x.numpy()), name
     assert sparsifier.readable and all(sparsifier.readable)  # never mid-publish while selecting

@@ -75,6 +75,7 @@ class DeltaPublisher:
         self.epoch = epoch
         self.version = version
         self.value_dtype = value_dtype
+        self._range = np.zeros(0, dtype=np.uint32)  # _every's
         #: x_hat in a file the daemon reads (a big model), or None: x_hat in this process only
         self.file: PublicFile | None = None
         # x_hat lives on the CPU whatever training.device is: it is what goes on the wire
@@ -86,6 +87,12 @@ class DeltaPublisher:
         else:
             self.xhat = {k: v.detach().reshape(-1).to("cpu", torch.float32, copy=True)
                          for k, v in floating_state(model).items()}
+
+    def _every(self, n: int) -> np.ndarray:
+        """0..n-1 as uint32, a view of one range kept for the biggest tensor asked for."""
+        if self._range.size < n:
+            self._range = np.arange(n, dtype=np.uint32)
+        return self._range[:n]
 
     def _header(self, kind: str, base: int, step: int, loss: float) -> Header:
         loss = loss if math.isfinite(loss) else -1.0  # -1: not known yet (before the first step)
@@ -116,6 +123,11 @@ class DeltaPublisher:
         current = floating_state(self.model)
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
+            if full and bool((diff != 0).all()):
+                # every entry moved (an adopted model): its indices are 0..n-1, a view of one
+                # shared range, not an index array per tensor (a whole model's 4 bytes an entry)
+                entries[name] = (self._every(diff.numel()), diff.numpy())
+                continue
             idx = torch.arange(diff.numel()) if full else self.sparsifier.select(diff)
             idx = idx[diff[idx] != 0]  # a top-k of a model that has not moved would send k zeros
             if idx.numel() == 0:
@@ -131,7 +143,11 @@ class DeltaPublisher:
         if self.file is not None:
             self.file.begin()
         for name, (idx_np, values) in entries.items():
-            self.xhat[name].index_add_(0, torch.from_numpy(idx_np.astype(np.int64)), torch.from_numpy(values))
+            xhat = self.xhat[name]
+            if idx_np.size == xhat.numel():  # every entry: the same float32 adds, no gather
+                xhat.add_(torch.from_numpy(values))
+            else:
+                xhat.index_add_(0, torch.from_numpy(idx_np.astype(np.int64)), torch.from_numpy(values))
         base = self.version
         self.version += 1
         if self.file is not None:
