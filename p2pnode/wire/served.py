@@ -50,8 +50,11 @@ from p2pnode.wire.public_file import PublicReader
 MiB = 1024 * 1024
 #: indices merged by np.unique at most; more are merged through a mask (numpy's sort holds the GIL)
 UNIQUE_MAX = 1 << 18
-#: seconds a snapshot or merged delta waits for the worker's file to be at the logged version
-#: (a publish the worker wrote and the daemon has not logged yet) before it answers 503
+#: seconds a merged delta waits for the worker's file to be at the logged version (a publish the
+#: worker wrote and the daemon has not logged yet) before a snapshot is served instead; and the
+#: longest any answer waits for a publish under way in the file before it answers 503 (a worker
+#: that died halfway through one)
+MERGE_WAIT = 1.0
 BEHIND_WAIT = 10.0
 
 
@@ -312,12 +315,15 @@ class ServedModel:
               genesis: str | None = None) -> ServeResult:
         """The answer to ``GET /v1/model?since=&epoch=[&chain=1][&genesis=]`` (module docstring).
         From a thread: it may encode, and wait for the worker's file to reach the logged version."""
-        deadline = time.monotonic() + BEHIND_WAIT
+        began = time.monotonic()
         while True:
+            waited = time.monotonic() - began
             try:
-                return self._serve(since, epoch, chain, genesis)
+                # a merged delta needs x̂ at the logged version: after MERGE_WAIT a snapshot,
+                # which takes the file at any version, so that no thread waits long for the log
+                return self._serve(since, epoch, chain, genesis, merge=waited < MERGE_WAIT)
             except _Behind:
-                if time.monotonic() > deadline:  # e.g. a worker that died halfway through a publish
+                if waited > BEHIND_WAIT:  # e.g. a worker that died halfway through a publish
                     return ServeResult(503, b"", "unavailable", self._version)
                 time.sleep(0.005)
 
@@ -345,7 +351,8 @@ class ServedModel:
             raise _Behind
         return got
 
-    def _serve(self, since: int | None, epoch: str | None, chain: bool, genesis: str | None) -> ServeResult:
+    def _serve(self, since: int | None, epoch: str | None, chain: bool, genesis: str | None,
+               merge: bool = True) -> ServeResult:
         with self._lock:
             epoch = self._asked_epoch(since, epoch, genesis)
             cheap = self._serve_cheap(since, epoch)
@@ -360,7 +367,7 @@ class ServedModel:
                     # if they weigh less than a snapshot, else a snapshot (below)
                     if chain and len(parts) <= MAX_CHAIN and sum(len(e.data) for e in parts) < 4 * self.spec.numel:
                         return ServeResult(200, join_body([e.data for e in parts]), "chain", v)
-                elif oldest_base <= since < v:
+                elif oldest_base <= since < v and merge:
                     merged = self._merged_since(since)
                     if chain and v - since <= MAX_CHAIN:
                         parts = list(islice(self._log, since - oldest_base, None))  # versions > since

@@ -73,7 +73,7 @@ def test_no_mirror_is_kept(tmp_path: Path) -> None:
 def test_a_file_ahead_of_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker wrote a publish the daemon has not logged yet: a snapshot is of the file's
     version (it needs no delta; the log's next entries continue from it); a merged delta, which
-    needs x̂ at the logged version, waits for the log, and is a 503 if it never comes."""
+    needs x̂ at the logged version, waits for the log, and is a snapshot if it does not come soon."""
     f, on_file, _ = pair(tmp_path)
     on_file.publish(publish(f, 0, seed=1))
     on_file.publish(publish(f, 1, seed=2))
@@ -81,16 +81,24 @@ def test_a_file_ahead_of_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     snap = decode(on_file.serve(None, None).body, SPEC)
     assert snap.header.version == 3 and on_file.version == 2
     assert np.array_equal(snap.tensors["a"], f.arrays["a"]) and snap.header.step == 3
-    monkeypatch.setattr(served_module, "BEHIND_WAIT", 0.05)
-    late = on_file.serve(0, "e0")
-    assert (late.status, late.kind) == (503, "unavailable")  # never version 3's values labelled 2
+    monkeypatch.setattr(served_module, "MERGE_WAIT", 0.05)
+    late = on_file.serve(0, "e0")  # never version 3's values labelled 2: a snapshot of 3 instead
+    assert (late.kind, late.version) == ("snapshot", 3)
+    monkeypatch.setattr(served_module, "MERGE_WAIT", 5.0)
     threading.Timer(0.1, on_file.publish, [data]).start()
-    monkeypatch.setattr(served_module, "BEHIND_WAIT", 5.0)
     merged = decode(on_file.serve(0, "e0").body, SPEC)
     assert isinstance(merged, Delta) and merged.header.version == 3 and merged.header.base_version == 0
     idx, vals = merged.entries["a"]
     assert np.array_equal(vals, f.arrays["a"][idx])
     assert on_file.serve(3, "e0").status == 304  # the replica made from the snapshot above is current
+
+
+def test_a_worker_dead_halfway_through_a_publish_gets_503(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f, on_file, _ = pair(tmp_path)
+    f.begin()  # and never end()
+    monkeypatch.setattr(served_module, "BEHIND_WAIT", 0.05)
+    late = on_file.serve(None, None)
+    assert (late.status, late.kind) == (503, "unavailable")
 
 
 def test_a_read_never_sees_half_a_publish(tmp_path: Path) -> None:
