@@ -60,9 +60,11 @@ def _offsets(spec: ModelSpec, at: int) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _unlink(path: str) -> None:
+def _unlink(path: str, inode: int) -> None:
+    """Remove ``path`` if it is still our file (a newer worker's file of that name stays)."""
     try:
-        os.unlink(path)
+        if os.stat(path).st_ino == inode:
+            os.unlink(path)
     except OSError:
         pass
 
@@ -88,9 +90,10 @@ class PublicFile:
         try:
             os.ftruncate(fd, size)
             self._map = mmap.mmap(fd, size)  # MAP_SHARED: the daemon's reads see these pages
+            inode = os.fstat(fd).st_ino
         finally:
             os.close(fd)
-        self._closer = weakref.finalize(self, _unlink, str(path))
+        self._closer = weakref.finalize(self, _unlink, str(path), inode)
         self._map[:_SPEC_AT] = _HEAD.pack(MAGIC, 0, version, step, loss, len(spec_bytes)).ljust(_SPEC_AT, b"\0")
         self._map[_SPEC_AT:_SPEC_AT + len(spec_bytes)] = spec_bytes
         self._seq = np.frombuffer(self._map, dtype="<u8", count=1, offset=_STATE_AT)

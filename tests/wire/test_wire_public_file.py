@@ -164,5 +164,7 @@ def test_a_new_file_leaves_the_old_one_to_its_reader(tmp_path: Path) -> None:
     new = PublicFile(tmp_path / "public.xhat", SPEC, {k: v + 1 for k, v in x.items()}, 0)
     got = reader.read(0)
     assert got is not None and np.array_equal(got["a"], x["a"])
+    old.close()  # the old one's removal leaves the new file of that name alone
+    assert (tmp_path / "public.xhat").exists()
     new.close()
     assert not (tmp_path / "public.xhat").exists()
