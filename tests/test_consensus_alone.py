@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from p2pnode.exchange.consensus import CONSENSUS_WINDOW, STALE_AFTER, STALL_AFTER, ConsensusFinish
+from p2pnode.exchange.consensus import CONSENSUS_WINDOW, STALE_AFTER, STALL_AFTER_S, ConsensusFinish
 from p2pnode.daemon.metrics import NodeMetrics
 
 
@@ -44,18 +44,22 @@ def test_a_peer_no_longer_measured_stops_holding_agreement_off() -> None:
     assert not finish.status(done=True, peers=3, distances=distances)["reached"]
 
 
-def test_a_finish_that_cannot_agree_ends_after_stall_after_averages() -> None:
+def test_a_finish_that_cannot_agree_ends_after_stall_after_seconds() -> None:
     """Peers whose guard refused their merge keep their own, different, models and average no
-    more: a node averaging with them stays over the tolerance for good. After STALL_AFTER
-    averages since training ended its finish ends all the same ("stalled"), so the daemon asks
-    the worker's guard once and slows to the gentle pace instead of the quick one for ever."""
-    finish = ConsensusFinish(0.01, NodeMetrics())
+    more: a node averaging with them stays over the tolerance for good. STALL_AFTER_S after
+    training ended its finish ends all the same ("stalled"), so the daemon asks the worker's guard
+    once and slows to the gentle pace instead of the quick one for ever."""
+    now = [100.0]
+    finish = ConsensusFinish(0.01, NodeMetrics(), clock=lambda: now[0])
     distances = {"a": 0.05, "b": 0.07}
-    for i in range(STALL_AFTER - 1):
+    assert not finish.status(done=False, peers=2, distances=distances)["reached"]
+    now[0] += 1000.0  # training time does not count
+    for i in range(2 * CONSENSUS_WINDOW):
         finish.averaged(0.05 if i % 2 else 0.07, "a" if i % 2 else "b")
-    status = finish.status(done=True, peers=2, distances=distances)
+    status = finish.status(done=True, peers=2, distances=distances)  # training ended now
     assert not status["reached"] and not status["stalled"]
-    finish.averaged(0.07, "b")
+    now[0] += STALL_AFTER_S - 1
+    assert not finish.status(done=True, peers=2, distances=distances)["reached"]
+    now[0] += 1
     status = finish.status(done=True, peers=2, distances=distances)
     assert status["reached"] and status["stalled"] and status["max_distance"] == 0.07
-    assert not finish.status(done=False, peers=2, distances=distances)["reached"]  # only after training

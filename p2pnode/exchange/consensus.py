@@ -9,7 +9,8 @@ distance to every peer, and reaching it asks the worker for one more evaluation.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from p2pnode.daemon.metrics import NodeMetrics
@@ -22,20 +23,24 @@ CONSENSUS_WINDOW = 4
 #: our selection graph no longer gives us (the graph changes as nodes join) is never measured
 #: again, and its distance from before would hold agreement off for good
 STALE_AFTER = 4 * CONSENSUS_WINDOW
-#: averages since training ended after which a finish that has not agreed ends all the same
+#: seconds since training ended after which a finish that has not agreed ends all the same
 #: ("stalled"; the worker's guard then decides whether to keep the merge: worker/finish_guard.py).
 #: Why: a peer whose guard refused its merge keeps its own model and averages no more, so peers
 #: that kept different models never come within tolerance of each other, and a node averaging
 #: with them would exchange at the finish's quick pace for good (seen: a run with one worker
-#: restarted from step 0 waited over 10 minutes). A finish that agrees takes a few dozen
-#: averages (nodes started together or 30 s apart, 4 nodes)
-STALL_AFTER = 32 * CONSENSUS_WINDOW
+#: restarted from step 0 waited over 10 minutes). Time, not averages: a peer that kept its own
+#: model answers 304 (nothing new), which averages nothing. A finish that agrees took 10-40 s
+#: (4 nodes, started together or 30 s apart, on the loaded 2-core machine)
+STALL_AFTER_S = 120.0
 
 
 class ConsensusFinish:
-    def __init__(self, tolerance: float, metrics: NodeMetrics) -> None:
+    def __init__(self, tolerance: float, metrics: NodeMetrics, clock: Callable[[], float] = time.monotonic) -> None:
         self.tolerance = tolerance
         self.metrics = metrics
+        self._clock = clock
+        #: when a look first found training over (None: not yet)
+        self.done_since: float | None = None
         #: distances measured at the last averages since training ended
         self.recent: collections.deque[float] = collections.deque(maxlen=CONSENSUS_WINDOW)
         #: averages taken since training ended, and how many there were at the last evaluation
@@ -81,7 +86,10 @@ class ConsensusFinish:
         alone = not peers and not left_out
         reached = done and (tol <= 0 or alone or (peers > 0 and (
             len(recent) == CONSENSUS_WINDOW and max(recent) <= tol and (worst or 0.0) <= tol)))
-        stalled = done and not reached and self.averages_after_done >= STALL_AFTER
+        if done and self.done_since is None:
+            self.done_since = self._clock()
+        stalled = (done and not reached and self.done_since is not None
+                   and self._clock() - self.done_since >= STALL_AFTER_S)
         self.metrics.consensus_distance.set(worst if worst is not None else float("nan"))
         return {"reached": reached or stalled, "stalled": stalled, "max_distance": worst, "tolerance": tol,
                 "peers": peers, "left_out": left_out}
