@@ -131,8 +131,9 @@ class TrainingConfig(Table):
     #: this many seconds (each join starts the window again), or at once when a peer it sees is
     #: training already (0: no wait). Nodes started within the window of each other start
     #: together, as DDP's ranks do; a node alone pays it once. 45 s covers a 30 s stagger with
-    #: a loaded machine's start-up spread: measured on 4 nodes, Dirichlet-0.1 shards, started
-    #: 30 s apart (docs/BENCHMARKS.md, "Nodes started 30 s apart"; docs/ALGORITHMS.md)
+    #: a loaded machine's start-up spread (joins came 16-38 s apart): measured on 4 nodes,
+    #: Dirichlet-0.1 shards, started 30 s apart, every node then ends where the same run started
+    #: together does (docs/BENCHMARKS.md, "Nodes started 30 s apart"; docs/ALGORITHMS.md)
     start_settle: SecondsOrOff = 45.0
     #: evaluate on the test set every this many steps (0: never)
     eval_every: Count = 200
