@@ -32,11 +32,13 @@ for ((i = 0; i < NODES; i++)); do
   addrs+=("$addr")
   seed=()
   [ "$i" -gt 0 ] && seed=(--seed "127.0.0.1:$PORT")
+  # the demo knows its cluster's size: every node waits for the others and all take their first
+  # step together (training.min_peers), instead of waiting out the settle window for latecomers
   # shellcheck disable=SC2086
   .venv/bin/p2pnode start --listen "$addr" --state-dir "$RUN/node$i" --data fashion-mnist \
     --shard "$i/$NODES" "${seed[@]}" \
     --set training.max_samples="$SAMPLES" --set training.lr_schedule=cosine \
-    --set training.eval_every=0 ${DEMO_ARGS:-} 2>"$RUN/node$i.log" &
+    --set training.eval_every=0 --set training.min_peers="$((NODES - 1))" ${DEMO_ARGS:-} 2>"$RUN/node$i.log" &
   pids+=($!)
 done
 echo "started $NODES nodes: ${addrs[*]} (logs in $RUN/)"
