@@ -54,6 +54,9 @@ SWIM_MESSAGE_BODY = 64 * 1024
 REFUSAL_STATUS = {"malformed": 400, "gap": 409, "architecture": 422, "non-finite": 422, "outlier": 422}
 #: compression.publish_on = "fetch": the longest a fetch waits for our worker's publish (s)
 FRESH_WAIT = 0.5
+#: requests' worth of per-address rate a per-step route costs (``PostRoutes.per_step``): with
+#: the default 100 a second, 1000 a second from one address, 500 steps a second of its nodes
+PER_STEP_COST = 0.1
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,11 @@ class PostRoutes:
     #: routes whose member check is left to their handler until this node has joined: a
     #: restarted node knows few members then (the synchronous mode's contributions)
     checked_after_join: tuple[str, ...] = ()
+    #: routes a member calls at every training step (the synchronous mode's contributions, two a
+    #: step): each costs PER_STEP_COST of a request in the per-address rate, so that nodes behind
+    #: one address (one host, a NAT) stepping fast are not refused with 429 mid-round. Measured:
+    #: three nodes of a small regression task on one host were refused at 100 requests a second
+    per_step: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,7 +197,8 @@ class HttpApi:
             return refusal if refusal is not None else self.pushes.precheck(request)
 
         guard, self.rate_buckets, self.body_budget = guard_middleware(
-            limits, self.body_limit, count, precheck, self.body_prefix_error)
+            limits, self.body_limit, count, precheck, self.body_prefix_error,
+            {path: PER_STEP_COST for path in self.routes.per_step})
         middlewares = [guard]
         if secret:
             middlewares.append(auth_middleware(secret, self.body_limit, count))

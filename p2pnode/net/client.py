@@ -27,6 +27,15 @@ from p2pnode.net.encoding import gunzip, with_gzip_marker
 from p2pnode.wire.msgview import Body
 from p2pnode.wire.payload import mismatch
 
+#: why an unsigned answer can come from an honest member: its guard answers these before any
+#: signature check (p2pnode/net/guard.py), so they say nothing of the cluster secret
+GUARD_REFUSALS = {
+    408: "its guard's refusal, before any signature check: our body came too slowly",
+    413: "its guard's refusal, before any signature check: our body is over its limit",
+    429: "its guard's refusal, before any signature check: too many requests from our address",
+    503: "its guard's refusal, before any signature check: too many bodies being read",
+}
+
 MSGPACK = "application/msgpack"
 
 
@@ -152,8 +161,9 @@ class PeerClient:
                     data = await _read_body(resp, addr, declared, limit, transfer)
                     took = loop.time() - began
                     if self._secret and not await _verified(self._secret, request_sig, resp, data):
+                        why = GUARD_REFUSALS.get(resp.status, "altered on the way, or not a member")
                         raise PeerError(f"{addr}{path_qs}: answer not signed with the cluster secret "
-                                        f"(HTTP {resp.status}; altered on the way, or not a member)")
+                                        f"(HTTP {resp.status}; {why})")
                     self.bytes_sent += len(body)
                     self.bytes_received += len(data)
                     wire, coding = len(data), resp.headers.get("Content-Encoding", "identity").strip().lower()

@@ -30,7 +30,7 @@ import asyncio
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -228,13 +228,16 @@ async def read_bounded(request: web.Request, limit: int, budget: BodyBudget,
 def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], int],
                      on_reject: Callable[[str], None] | None = None,
                      precheck: Callable[[web.Request], web.StreamResponse | None] | None = None,
-                     prefix_check: PrefixCheck | None = None) -> tuple[Any, TokenBuckets, BodyBudget]:
+                     prefix_check: PrefixCheck | None = None,
+                     path_cost: Mapping[str, float] | None = None) -> tuple[Any, TokenBuckets, BodyBudget]:
     """The middleware (first in the chain), with its bucket table and body budget (for tests
     and metrics). ``body_limit(request)`` is the largest body the endpoint takes;
     ``on_reject(reason)`` ("rate-limited", "too-large", "busy", "slow-body") counts refusals;
     ``precheck(request)`` may refuse from the headers before any body is read (the signature
     check: an unsigned request's body is never read); ``prefix_check`` may refuse a long body
-    from its first PREFIX_BYTES (garbage sent as a model payload)."""
+    from its first PREFIX_BYTES (garbage sent as a model payload); ``path_cost``: requests' worth
+    of rate a path costs, beside ``PATH_COST``'s (a mode's per-step routes cost less)."""
+    costs = {**PATH_COST, **(path_cost or {})}
     buckets = TokenBuckets(limits.rate_per_source, limits.rate_burst, limits.max_sources)
     budget = BodyBudget(limits.max_body_reads, limits.max_inflight_bytes)
     paused = 0
@@ -264,7 +267,7 @@ def guard_middleware(limits: GuardLimits, body_limit: Callable[[web.Request], in
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         nonlocal paused
         if request.path not in UNLIMITED_PATHS:
-            wait = buckets.take(request.remote or "?", PATH_COST.get(request.path, 1.0))
+            wait = buckets.take(request.remote or "?", costs.get(request.path, 1.0))
             if wait > 0:
                 if paused < MAX_TARPIT:
                     paused += 1

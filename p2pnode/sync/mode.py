@@ -24,7 +24,8 @@ log = logging.getLogger("p2pnode.node")
 class SyncMode(Mode):
     # contributions come from members only, are a model's size at most, and a restarted reducer
     # checks membership once it has joined (the actor holds them until then)
-    routes = PostRoutes(members_only=(SYNC_PATH,), model_sized=(SYNC_PATH,), checked_after_join=(SYNC_PATH,))
+    routes = PostRoutes(members_only=(SYNC_PATH,), model_sized=(SYNC_PATH,), checked_after_join=(SYNC_PATH,),
+                        per_step=(SYNC_PATH,))
 
     @classmethod
     def chosen(cls, cfg: Config) -> bool:
