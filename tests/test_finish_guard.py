@@ -81,3 +81,18 @@ def test_a_merge_within_the_noise_is_kept(tmp_path: Path) -> None:
         assert torch.equal(tensor, merged[name]), name
     ours.close()
     reader.join(10)
+
+
+def test_the_rule_asks_two_standard_errors_and_a_loss_that_agrees() -> None:
+    from p2pnode.worker.finish_guard import Figures, accuracy_noise, worse
+
+    own = Figures(accuracy=0.87, loss=0.40, samples=2000)
+    se = accuracy_noise(0.87, 2000)
+    assert worse(Figures(0.87 - 3 * se, 0.45, 2000), own)  # a real loss on both counts
+    assert not worse(Figures(0.87 - 1.5 * se, 0.45, 2000), own)  # a draw within the noise
+    # seen in a test cluster near chance: accuracy 0.1055 -> 0.0879 on 512 items, the loss 13.3 -> 2.3
+    assert not worse(Figures(0.0879, 2.3233, 512), Figures(0.1055, 13.3371, 512))
+    # a task without accuracy is judged by its loss
+    nan = float("nan")
+    assert worse(Figures(nan, 1.05, 100), Figures(nan, 1.0, 100))
+    assert not worse(Figures(nan, 1.005, 100), Figures(nan, 1.0, 100))
