@@ -17,17 +17,43 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from p2pnode.data import FASHION_FILES, default_cache_dir, fashion_mnist_raw, prepare_fashion_mnist, read_idx
+from p2pnode.data import (
+    FASHION_FILES,
+    default_cache_dir,
+    fashion_mnist_raw,
+    prepare_fashion_mnist,
+    read_idx,
+)
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
     """``array`` (uint8) as an unsigned-byte IDX file (the header ``read_idx`` checks)."""
     head = bytes([0, 0, 8, array.ndim]) + np.asarray(array.shape, dtype=">u4").tobytes()
     path.write_bytes(head + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+def atomic_dir(target: Path, write: Callable[[Path], Any]) -> Path:
+    """``write(tmp)`` then rename to ``target`` (once per machine: an existing one is kept, and
+    of two processes making it at once the first rename wins)."""
+    if target.is_dir():
+        return target
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not target.is_dir():
+            raise
+    return target
 
 
 def fashion_mnist_short_test(n: int, source: Path | None = None, cache: Path | None = None) -> Path:
@@ -39,22 +65,14 @@ def fashion_mnist_short_test(n: int, source: Path | None = None, cache: Path | N
     entry = prepare_fashion_mnist(source, base)  # the source's own unpacked files, named by its key
     raw = entry / "FashionMNIST" / "raw"
     folder = base / f"{entry.name}-test{n}"
-    if folder.is_dir():
-        return folder
-    tmp = base / f".{folder.name}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in FASHION_FILES[:2]:  # training images and labels: the source's own files
-        (tmp / name).symlink_to((raw / name).resolve())
-    write_idx(tmp / FASHION_FILES[2], read_idx(raw / FASHION_FILES[2], 3)[:n])
-    write_idx(tmp / FASHION_FILES[3], read_idx(raw / FASHION_FILES[3], 1)[:n])
-    try:
-        os.rename(tmp, folder)
-    except OSError:  # another process made it first
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not folder.is_dir():
-            raise
-    return folder
+
+    def write(tmp: Path) -> None:
+        for name in FASHION_FILES[:2]:  # training images and labels: the source's own files
+            (tmp / name).symlink_to((raw / name).resolve())
+        write_idx(tmp / FASHION_FILES[2], read_idx(raw / FASHION_FILES[2], 3)[:n])
+        write_idx(tmp / FASHION_FILES[3], read_idx(raw / FASHION_FILES[3], 1)[:n])
+
+    return atomic_dir(folder, write)
 
 
 COLOURS = {"red": (200, 40, 40), "green": (40, 180, 60), "blue": (50, 60, 210)}

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.client
 from collections.abc import Iterable
+from typing import Any
 
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchlib.procs import children, cmdline, pid_alive, worker_pid
@@ -14,7 +16,7 @@ from p2pnode.wire.codec import decode
 from p2pnode.wire.payload import Snapshot
 
 __all__ = ["children", "cmdline", "fetch_snapshot", "http_request", "metrics_text", "pid_alive", "sample_value",
-           "worker_pid"]
+           "serve_get", "worker_pid"]
 
 
 def http_request(addr: str, method: str, path_qs: str, body: bytes | Iterable[bytes] = b"",
@@ -60,3 +62,16 @@ def sample_value(text: str, name: str, labels: dict[str, str] | None = None) -> 
             if s.name == name and (labels is None or all(s.labels.get(k) == v for k, v in labels.items())):
                 return float(s.value)
     return 0.0
+
+
+async def serve_get(path: str, handler: Any) -> tuple[web.AppRunner, str]:
+    """A real aiohttp server on a free loopback port answering GET ``path`` with ``handler``:
+    its runner (``await runner.cleanup()`` after) and its address."""
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"127.0.0.1:{port}"

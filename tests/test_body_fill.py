@@ -12,6 +12,7 @@ import hashlib
 import numpy as np
 import pytest
 from aiohttp import web
+from daemon_util import serve_get
 
 from p2pnode.net.bodyfill import BATCH, BodyFill
 from p2pnode.net.client import PeerClient, PeerError
@@ -26,15 +27,6 @@ def _parts(total: int) -> list[bytes]:
     return [data[a:b] for a, b in zip(cut, cut[1:], strict=False)]
 
 
-async def _serve(handler: web.RequestHandler) -> tuple[web.AppRunner, str]:  # type: ignore[type-arg]
-    app = web.Application()
-    app.router.add_get("/v1/model", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"127.0.0.1:{port}"
 
 
 def test_a_big_answer_arrives_whole() -> None:
@@ -45,7 +37,7 @@ def test_a_big_answer_arrives_whole() -> None:
         return PartsResponse(parts, lambda: hashlib.sha256(want).hexdigest())
 
     async def main() -> bytes:
-        runner, addr = await _serve(handler)
+        runner, addr = await serve_get("/v1/model", handler)
         try:
             async with PeerClient() as client:
                 answer = await client.fetch(addr, "/v1/model", 5.0, Transfer(5.0, 30.0, 1024.0), 1 << 30, gzip=False)
@@ -66,7 +58,7 @@ def test_a_body_shorter_than_declared_is_refused() -> None:
         return resp
 
     async def main() -> None:
-        runner, addr = await _serve(handler)
+        runner, addr = await serve_get("/v1/model", handler)
         try:
             async with PeerClient() as client:
                 with pytest.raises(PeerError):
@@ -101,7 +93,7 @@ def test_the_sync_and_ps_model_fetcher_reads_a_big_answer_and_keeps_the_rate() -
         return PartsResponse(parts, lambda: hashlib.sha256(want).hexdigest())
 
     async def main() -> tuple[bytes, float, float]:
-        runner, addr = await _serve(handler)
+        runner, addr = await serve_get("/v1/model", handler)
         try:
             async with PeerClient() as client:
                 fetcher = ModelFetcher(client, Config().exchange)

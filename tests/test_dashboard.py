@@ -16,13 +16,20 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-
-from daemon_util import http_request
+from daemon_util import http_request, serve_get
 from nodes import STUB, NodeProc, wait_for
+
 from p2pnode.config import Config, mode_rule
-from p2pnode.dashboard.cluster import ClusterLimits, ClusterView, advice, edge_counters, label_skew, node_row
-from p2pnode.dashboard.routes import ASSETS, load_assets
+from p2pnode.dashboard.cluster import (
+    ClusterLimits,
+    ClusterView,
+    advice,
+    edge_counters,
+    label_skew,
+    node_row,
+)
 from p2pnode.dashboard.history import History
+from p2pnode.dashboard.routes import ASSETS, load_assets
 from p2pnode.membership.base import Member, MemberState
 from p2pnode.net.client import PeerClient
 
@@ -90,16 +97,6 @@ async def test_history_actor_samples_until_cancelled() -> None:
 
 # --- cluster view against real HTTP servers -------------------------------------------------------
 
-async def serve(handler: Any) -> tuple[web.AppRunner, str]:
-    app = web.Application()
-    app.router.add_get("/v1/status", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"127.0.0.1:{port}"
-
 
 async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeout() -> None:
     peer_state = {"samples": 640, "bytes": 1000}
@@ -117,7 +114,7 @@ async def test_cluster_view_lists_members_bounded_and_never_waits_past_the_timeo
     async def garbage(request: web.Request) -> web.Response:
         return web.Response(text="<html>not a status</html>")
 
-    servers = [await serve(h) for h in (good, hangs, garbage)]
+    servers = [await serve_get("/v1/status", h) for h in (good, hangs, garbage)]
     (_, b_addr), (_, slow_addr), (_, bad_addr) = servers
     members = [Member("a", "127.0.0.1:1", MemberState.ALIVE), Member("b", b_addr, MemberState.ALIVE),
                Member("c", slow_addr, MemberState.SUSPECT), Member("d", bad_addr, MemberState.ALIVE),

@@ -15,13 +15,13 @@ with AdamW the cluster at least half way from a node alone to the reference on e
 
 from __future__ import annotations
 
-import os
-import shutil
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchlib.testdata import atomic_dir
 
 #: --shards name -> training.partition
 SHARDS = {"even": "iid", "dir0.1": "dirichlet:alpha=0.1"}
@@ -60,23 +60,6 @@ class SuiteTask:
         return min(values) if self.higher_is_better else max(values)
 
 
-def _atomic_dir(target: Path, write: Callable[[Path], Any]) -> Path:
-    """``write(tmp)`` then rename to ``target`` (once per machine: an existing one is kept)."""
-    if target.is_dir():
-        return target
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    write(tmp)
-    try:
-        os.rename(tmp, target)
-    except OSError:  # another process made it first
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not target.is_dir():
-            raise
-    return target
-
-
 def stdlib_text(cache: Path, megabytes: float = 1.0) -> dict[str, Any]:
     """The standard library's top-level module sources, in name order, up to ``megabytes``, as
     one file (what examples/gpt2 reads too): offline text every machine has."""
@@ -91,7 +74,7 @@ def stdlib_text(cache: Path, megabytes: float = 1.0) -> dict[str, Any]:
             size += len(data)
         (tmp / "text.txt").write_bytes(b"".join(out))
 
-    folder = _atomic_dir(cache / f"suite-stdlib-{megabytes:g}mb", write)
+    folder = atomic_dir(cache / f"suite-stdlib-{megabytes:g}mb", write)
     return {"text": str(folder / "text.txt")}
 
 
@@ -99,7 +82,7 @@ def fashion_folders(cache: Path, train: int = 300, val: int = 100) -> dict[str, 
     """Fashion-MNIST as ImageFolder trees, ``train`` (``val``) images of each class."""
     from benchlib.testdata import write_fashion_folders
 
-    folder = _atomic_dir(cache / f"suite-fashion-folders-{train}-{val}", lambda tmp: write_fashion_folders(tmp, train, val))
+    folder = atomic_dir(cache / f"suite-fashion-folders-{train}-{val}", lambda tmp: write_fashion_folders(tmp, train, val))
     return {"root": str(folder)}
 
 
