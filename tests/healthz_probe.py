@@ -6,6 +6,7 @@ give the nodes it probes: what it measures is then the node, not the machine's o
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import urllib.request
@@ -24,10 +25,16 @@ def main() -> None:
             except OSError:
                 took[a].append(5.0)
         time.sleep(0.02)
-        with open(out + ".tmp", "w") as fh:  # so far, for a reader that cannot wait for the end
-            json.dump(took, fh)
-    with open(out, "w") as fh:
+        write(out + ".tmp", took)  # so far, for a reader that cannot wait for the end
+    write(out, took)
+
+
+def write(path: str, took: dict[str, list[float]]) -> None:
+    """Whole or not at all: the test stops this process at any moment and reads what it wrote
+    (a plain write, stopped between truncating and writing, left it empty)."""
+    with open(path + ".part", "w") as fh:
         json.dump(took, fh)
+    os.replace(path + ".part", path)
 
 
 if __name__ == "__main__":
