@@ -113,13 +113,12 @@ def test_healthz_answers_while_a_big_payload_is_served_and_decoded(tmp_path: Pat
         # the loop 1.3 s. What still delays an answer is the machine: with other jobs on these 2
         # shared cores (load 6-8), 0-1 of 220-450 probes took over 100 ms (at most 0.2 s), the
         # daemon's main thread waiting in the run queue or the whole machine stalled (both
-        # daemons and a sampler at the same raised priority, 0.37 s at once). So: on a quiet
-        # machine (load under the cores) every probe within 100 ms; on a loaded one 2 % may take
-        # longer, none 0.5 s.
-        if load < (os.cpu_count() or 1):
-            assert not slow, (addr, said, load)
-        else:
-            assert len(slow) <= len(times) // 50 and (not slow or slow[-1] < 0.5), (addr, said, load)
+        # daemons and a sampler at the same raised priority, 0.37 s at once). On the idle machine
+        # 0 of 364 and 0 of 258 probes took over 100 ms (median 1.2 ms, the loops' longest lag
+        # 7 ms); in a CI run beside the suite's other tests (load average 1.6, under the cores,
+        # as the average lags) 1 of 230 took 118 ms. So 2 % may take longer, none 0.5 s: the
+        # test tells a loop held by work from a machine that is busy, which no load figure does.
+        assert len(slow) <= len(times) // 50 and (not slow or slow[-1] < 0.5), (addr, said, load)
     assert suspects == [0, 0]
 
 
