@@ -16,7 +16,7 @@ from p2pnode.wire.codec import decode
 from p2pnode.wire.payload import Snapshot
 
 __all__ = ["children", "cmdline", "fetch_snapshot", "http_request", "metrics_text", "pid_alive", "sample_value",
-           "serve_get", "worker_pid"]
+           "declared_post", "serve_get", "worker_pid"]
 
 
 def http_request(addr: str, method: str, path_qs: str, body: bytes | Iterable[bytes] = b"",
@@ -75,3 +75,21 @@ async def serve_get(path: str, handler: Any) -> tuple[web.AppRunner, str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"127.0.0.1:{port}"
+
+
+def declared_post(addr: str, path: str, length: int, headers: dict[str, str] | None = None,
+                  first: bytes = b"\0" * 16) -> int:
+    """The status of a POST declaring ``length`` bytes that sends only ``first`` of them: an
+    answer given from the headers must not wait for the rest."""
+    host, _, port = addr.rpartition(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10.0)
+    try:
+        conn.putrequest("POST", path)
+        conn.putheader("Content-Length", str(length))
+        for k, v in (headers or {}).items():
+            conn.putheader(k, v)
+        conn.endheaders()
+        conn.send(first)
+        return conn.getresponse().status
+    finally:
+        conn.close()

@@ -3,7 +3,6 @@ sign, check, refuse strangers, and keep /healthz and /metrics open."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import subprocess
 import sys
@@ -11,9 +10,9 @@ import time
 
 import msgpack
 import pytest
-
+from daemon_util import declared_post, http_request, metrics_text, sample_value
 from nodes import STUB, wait_for
-from daemon_util import http_request, metrics_text, sample_value
+
 from p2pnode.net.auth import HEADER_NONCE, HEADER_SIG, HEADER_TS, sign, verify
 
 SECRET = b"correct horse battery staple"
@@ -79,18 +78,7 @@ def signed_json(addr: str, path: str, secret: bytes = SECRET) -> dict:
 
 def oversized_post(addr: str, limit: int, headers: dict[str, str], peer: str = "x") -> int:
     """Declare a body over the limit and send almost none of it: the answer must not wait for it."""
-    host, _, port = addr.rpartition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=5.0)
-    try:
-        conn.putrequest("POST", f"/v1/model?from={peer}")
-        conn.putheader("Content-Length", str(limit + 1))
-        for k, v in headers.items():
-            conn.putheader(k, v)
-        conn.endheaders()
-        conn.send(b"\0" * 16)
-        return conn.getresponse().status
-    finally:
-        conn.close()
+    return declared_post(addr, f"/v1/model?from={peer}", limit + 1, headers)
 
 
 @pytest.mark.timeout(90)

@@ -5,13 +5,11 @@ averaged in. A body declared over the model's own bound is still refused from it
 
 from __future__ import annotations
 
-import http.client
 import json
 
 import msgpack
 import pytest
-
-from daemon_util import fetch_snapshot, http_request
+from daemon_util import declared_post, fetch_snapshot, http_request
 from nodes import STUB
 
 PEER = "feedfacecafebeef"
@@ -20,17 +18,8 @@ PARAMS = 4_000_000  # a 16 MB snapshot
 
 def declared(addr: str, length: int) -> int:
     """The status of a push declaring ``length`` bytes that sends only a few of them."""
-    host, _, port = addr.rpartition(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10.0)
-    try:
-        conn.putrequest("POST", f"/v1/model?from={PEER}")
-        conn.putheader("Content-Type", "application/msgpack")
-        conn.putheader("Content-Length", str(length))
-        conn.endheaders()
-        conn.send(b"\x82" * 16)
-        return conn.getresponse().status
-    finally:
-        conn.close()
+    return declared_post(addr, f"/v1/model?from={PEER}", length, {"Content-Type": "application/msgpack"},
+                         b"\x82" * 16)
 
 
 @pytest.mark.timeout(120)
