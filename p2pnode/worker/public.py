@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from p2pnode.compression.base import Sparsifier
+from p2pnode.compression.sized import publish_selector
 from p2pnode.wire.codec import encode
 from p2pnode.wire.genesis import digest
 from p2pnode.wire.public_file import NAME as PUBLIC_FILE
@@ -71,6 +72,10 @@ class DeltaPublisher:
         self.model = model
         self.spec = spec
         self.sparsifier = sparsifier
+        #: what selects: exact top-k becomes SizedTopK (an estimated threshold on big tensors)
+        self.selector = publish_selector(sparsifier)
+        #: the last publish's (entries selected, entries sent, values in the model)
+        self.counts = (0, 0, 0)
         self.node_id = node_id
         self.epoch = epoch
         self.version = version
@@ -121,20 +126,27 @@ class DeltaPublisher:
         a public copy half old, half adopted is far from every peer's, an outlier to them)."""
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         current = floating_state(self.model)
+        selected = 0
         for name, xhat in self.xhat.items():
             diff = current[name].reshape(-1).to("cpu", torch.float32) - xhat
             if full and bool((diff != 0).all()):
                 # every entry moved (an adopted model): its indices are 0..n-1, a view of one
                 # shared range, not an index array per tensor (a whole model's 4 bytes an entry)
                 entries[name] = (self._every(diff.numel()), diff.numpy())
+                selected += diff.numel()
                 continue
-            idx = torch.arange(diff.numel()) if full else self.sparsifier.select(diff)
-            idx = idx[diff[idx] != 0]  # a top-k of a model that has not moved would send k zeros
+            idx = torch.arange(diff.numel()) if full else self.selector.select(diff)
+            selected += idx.numel()
+            if idx.numel() > 1 and not bool((idx[1:] > idx[:-1]).all()):  # a threshold's come sorted
+                idx = torch.sort(idx).values
+            picked = diff[idx]
+            moved = picked != 0
+            if not bool(moved.all()):  # a top-k of a model that has not moved would send k zeros
+                idx, picked = idx[moved], picked[moved]
             if idx.numel() == 0:
                 continue
-            idx = torch.sort(idx).values
             # what the wire carries (a full publish is float32: x_hat becomes the model at once)
-            idx_np, values = round_for_wire(idx.numpy(), diff[idx].numpy(), "float32" if full else self.value_dtype)
+            idx_np, values = round_for_wire(idx.numpy(), picked.numpy(), "float32" if full else self.value_dtype)
             if idx_np.size == 0:
                 continue
             entries[name] = (idx_np.astype(np.uint32), values)
@@ -148,6 +160,7 @@ class DeltaPublisher:
                 xhat.add_(torch.from_numpy(values))
             else:
                 xhat.index_add_(0, torch.from_numpy(idx_np.astype(np.int64)), torch.from_numpy(values))
+        self.counts = (selected, sum(v.size for _, v in entries.values()), sum(x.numel() for x in self.xhat.values()))
         base = self.version
         self.version += 1
         if self.file is not None:
