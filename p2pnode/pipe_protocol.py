@@ -187,6 +187,10 @@ class PeerPayload(Message):
     #: the answer to a first fetch that named our genesis (wire/genesis.py): a delta from version
     #: 0 may start the peer's replica from our own version 0, which the peer's was found equal to
     genesis: bool = False
+    #: a big payload the daemon spooled to a file as it arrived (net/spool.py): the worker reads
+    #: it from there (wire/mapped.py) and ``data`` is empty; the daemon removes the file once
+    #: answered
+    path: str = ""
 
     def __post_init__(self) -> None:
         if self.mode not in (AVERAGE, ADOPT):

@@ -29,6 +29,7 @@ from p2pnode.pipe_protocol import (
     receive,
     send,
 )
+from p2pnode.net.spool import SpooledBody
 from p2pnode.wire.msgview import Body
 
 log = logging.getLogger("p2pnode.pipe")
@@ -178,13 +179,20 @@ class WorkerPipe:
             elif not fut.cancelled():
                 fut.exception()  # failed while we were still sending: already reported by send
 
-    async def deliver(self, peer: str, data: Body, mode: PeerMode = AVERAGE, timeout: float = 30.0,
+    async def deliver(self, peer: str, data: Body | SpooledBody, mode: PeerMode = AVERAGE, timeout: float = 30.0,
                       nth: int = 1, genesis: bool = False) -> Applied:
         """Hand a peer's payload to the worker (``nth``: its place among its round's payloads;
         ``genesis``: an answer to a fetch that named our version 0); its answer says whether it
-        was taken in. TimeoutError or ConnectionError: our worker is stuck, restarting or stopping."""
-        reply = await self.request(PeerPayload(token=self.token(), peer=peer, data=data, mode=mode, nth=nth,
-                                               genesis=genesis), timeout)
+        was taken in. A spooled body (net/spool.py) goes as its file's path, never through the
+        pipe: the worker reads it from the file, so neither process holds it whole; the caller
+        removes the file after. TimeoutError or ConnectionError: our worker is stuck, restarting
+        or stopping."""
+        if isinstance(data, SpooledBody):
+            msg = PeerPayload(token=self.token(), peer=peer, data=b"", mode=mode, nth=nth, genesis=genesis,
+                              path=str(data.path))
+        else:
+            msg = PeerPayload(token=self.token(), peer=peer, data=data, mode=mode, nth=nth, genesis=genesis)
+        reply = await self.request(msg, timeout)
         if not isinstance(reply, Applied):
             raise ConnectionError(f"worker answered a payload with {reply.kind!r}")
         if not reply.ok:

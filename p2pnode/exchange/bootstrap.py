@@ -26,7 +26,10 @@ peers skip without counting it against it): an untrained model must not be anyon
 be averaged in. With ``exchange.robust = "none"`` models are only checked to be valid, and the
 first valid one is adopted, as before. Limits: two colluding peers serving the same poisoned
 model, or a majority of hostile voters, win the vote; the models are decoded here, in the
-daemon, so the vote holds up to ``VOTERS`` models in memory for a moment.
+daemon. A big model's snapshots are spooled to files as they arrive (net/spool.py) and read
+from those files mapped (wire/mapped.py): the vote's distances read them through the page cache,
+and the chosen one goes to the worker by its file's path. A small model's (under the spool's
+size) are held in memory for a moment, up to ``VOTERS`` of them.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ import numpy as np
 from p2pnode.membership.base import Member
 from p2pnode.net.client import PeerClient, PeerError
 from p2pnode.net.deadline import Transfer
-from p2pnode.wire.codec import decode
+from p2pnode.net.spool import Spool, SpooledBody
+from p2pnode.wire.codec import Release, decode
+from p2pnode.wire.mapped import MappedBody
 from p2pnode.wire.msgview import Body
 from p2pnode.wire.payload import PayloadError, Snapshot
 
@@ -67,10 +72,25 @@ class Offer:
     """One peer's answer to the vote: its snapshot's bytes and values, or why it has no say."""
 
     peer: Member
-    body: Body = b""
+    body: Body | SpooledBody = b""
     values: Values | None = None  #: one flat float32 array per tensor (views of ``body``)
     error: str = ""
     latency: float = 0.0  #: seconds the fetch took
+    #: a spooled body's file mapped, which ``values`` are views of
+    mapped: MappedBody | None = None
+
+    def unmap(self) -> None:
+        """The vote is over: let go of the values and the mapping (not of the body's file)."""
+        self.values = None
+        if self.mapped is not None:
+            self.mapped.close()
+            self.mapped = None
+
+    def close(self) -> None:
+        """Done with this offer: a spooled body's file is removed too."""
+        self.unmap()
+        if isinstance(self.body, SpooledBody):
+            self.body.close()
 
 
 @dataclass
@@ -108,10 +128,11 @@ def distance(a: Values, b: Values) -> float:
     return gap / smaller if smaller > 0 else (0.0 if gap == 0 else math.inf)
 
 
-def flat_snapshot(body: Body, max_bytes: int) -> list[np.ndarray]:
+def flat_snapshot(body: Body, max_bytes: int, release: Release | None = None) -> list[np.ndarray]:
     """The values of a snapshot payload, one flat float32 array per tensor (views of ``body``,
-    no copy); PayloadError for anything else, non-finite included."""
-    payload = decode(body, max_bytes=max_bytes)
+    no copy); PayloadError for anything else, non-finite included. ``release``: a mapped body's
+    pages go once each tensor is checked (wire/mapped.py)."""
+    payload = decode(body, max_bytes=max_bytes, release=release)
     if not isinstance(payload, Snapshot):
         raise PayloadError("not a full snapshot")
     return [np.asarray(payload.tensors[s.name]).reshape(-1) for s in payload.header.specs]
@@ -147,26 +168,35 @@ def judge(offers: list[Offer], radius: float) -> Verdict:
 
 
 async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, max_bytes: int,
-                  node_id: str, model_bytes: int = 0, model: str = "") -> list[Offer]:
+                  node_id: str, model_bytes: int = 0, model: str = "", spool: Spool | None = None) -> list[Offer]:
     """Ask every peer for its full snapshot at once (naming ourselves: a peer that publishes on
     fetch publishes first for a member), under ``transfer``'s deadlines (a snapshot's size is
-    known, the peer's rate not yet); decode each in a thread."""
+    known, the peer's rate not yet); decode each in a thread. ``spool``: big bodies go to files
+    there (the caller closes every offer once done: ``Offer.close``)."""
 
     async def one(peer: Member) -> Offer:
         started = time.monotonic()
         try:
             resp = await client.fetch(peer.addr, f"/v1/model?from={node_id}", transfer.first_byte(model_bytes),
-                                      transfer, max_bytes, gzip=False, model=model)
+                                      transfer, max_bytes, gzip=False, model=model, spool=spool)
         except PeerError as exc:
             return Offer(peer, error=str(exc))
         latency = time.monotonic() - started
+        offer = Offer(peer, resp.payload, latency=latency)
         if resp.status != 200:
+            offer.close()
             return Offer(peer, error=f"HTTP {resp.status}")
         try:
-            values = await asyncio.to_thread(flat_snapshot, resp.body, max_bytes)
-        except PayloadError as exc:
+            if resp.spooled is not None:
+                offer.mapped = await asyncio.to_thread(MappedBody, str(resp.spooled.path))
+                offer.values = await asyncio.to_thread(flat_snapshot, offer.mapped.view, max_bytes,
+                                                       offer.mapped.release)
+            else:
+                offer.values = await asyncio.to_thread(flat_snapshot, resp.body, max_bytes)
+        except (PayloadError, OSError) as exc:
+            offer.close()
             return Offer(peer, error=str(exc)[:200])
-        return Offer(peer, resp.body, values, latency=latency)
+        return offer
 
     return list(await asyncio.gather(*(one(p) for p in peers)))
 

@@ -34,6 +34,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from p2pnode.config import Config
@@ -44,6 +45,7 @@ from p2pnode.exchange.bootstrap import (
     RETRY_S,
     VOTERS,
     BootstrapState,
+    Offer,
     collect,
     judge,
     not_ready,
@@ -59,6 +61,7 @@ from p2pnode.membership.base import Member, Membership
 from p2pnode.membership.selection import PeerSelector
 from p2pnode.net.client import DEFAULT_MAX_BODY, PeerClient, PeerError, PeerTimeout
 from p2pnode.net.deadline import SlowAnswers, Transfer, update_rate
+from p2pnode.net.spool import SPOOL_DIR, Spool, SpooledBody
 from p2pnode.pipe_protocol import ADOPT, AVERAGE, GAP, OUTLIER
 from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.msgview import Body
@@ -119,6 +122,9 @@ class Exchange:
         self.spread = False
         #: exchange.max_lead: peers' steps, and the step our worker may not pass (exchange/pace.py)
         self.pace = Pace(cfg.exchange.max_lead)
+        #: where a big fetched body is written as it arrives (net/spool.py), for our worker to
+        #: read from: neither process then holds it whole
+        self.spool = Spool(Path(cfg.node.state_dir) / SPOOL_DIR)
 
     def max_body(self) -> int:
         """The largest model answer taken from a peer: the largest payload of our model (capped
@@ -260,7 +266,7 @@ class Exchange:
         try:
             transfer = self.transfer(rec)
             resp = await self.client.fetch(peer.addr, query, transfer.first_byte(self.model_bytes()), transfer,
-                                           self.max_body(), model=self.fingerprint())
+                                           self.max_body(), model=self.fingerprint(), spool=self.spool)
         except PeerError as exc:
             if isinstance(exc, PeerTimeout):
                 rec.rate /= 2  # a slower peer than measured: its next deadline is longer, its cut-off lower
@@ -286,10 +292,13 @@ class Exchange:
             self.metrics.exchanges.labels("unavailable").inc()
             return False
         if resp.status != 200:
+            if resp.spooled is not None:
+                resp.spooled.close()
             self._failed(peer, rec, "error", f"HTTP {resp.status}")
             return False
         self.slow.useful(peer.node_id, latency - resp.body_seconds)  # the answer's wait, not its size
-        return await self._take(peer, rec, resp.body, nth=next(landed), genesis=bool(genesis), wire=resp.wire_bytes)
+        return await self._take(peer, rec, resp.payload, nth=next(landed), genesis=bool(genesis),
+                                wire=resp.wire_bytes)
 
     def keep_own_if_trained(self) -> bool:
         """A start not yet taken when training has ended (a short run on a fast machine, peers
@@ -306,18 +315,28 @@ class Exchange:
 
     async def bootstrap(self, peers: list[Member]) -> None:
         """One vote for this fresh node's start (exchange/bootstrap.py); adopts its choice."""
-        boot, x = self.boot, self.cfg.exchange
+        boot = self.boot
         if len(peers) < 2 and time.monotonic() - boot.started < LONE_WAIT_S:
             await asyncio.sleep(0.2)  # a second peer may be verified any moment: a vote needs two
             return
         self.follow_worker()
         voters = random.sample(peers, min(VOTERS, len(peers)))
         offers = await collect(self.client, voters, self.transfer(None), self.max_body(), self.node_id,
-                               self.model_bytes(), self.fingerprint())
+                               self.model_bytes(), self.fingerprint(), self.spool)
+        try:
+            await self._vote(offers)
+        finally:
+            for offer in offers:
+                offer.close()  # a spooled body's file goes (the chosen one's after the worker took it)
+
+    async def _vote(self, offers: list[Offer]) -> None:
+        boot, x = self.boot, self.cfg.exchange
         if self.keep_own_if_trained():  # training ended while the votes came
             return
         # the distances are model-sized work: in a thread
         verdict = await asyncio.to_thread(judge, offers, x.clip_refuse * x.clip_max if x.robust == "clip" else math.inf)
+        for offer in offers:
+            offer.unmap()  # the values were for the vote; the chosen body goes to the worker by its file
         if not_ready(offers) and time.monotonic() - boot.started < NOT_READY_S:
             await asyncio.sleep(RETRY_S)  # every voter's worker still starting (a big model's takes a while)
             return
@@ -346,11 +365,20 @@ class Exchange:
             log.warning("bootstrap: no model taken after %d votes; starting from this node's own", boot.votes)
             boot.settle("own")
 
-    async def _take(self, peer: Member, rec: PeerRecord, body: Body, adopt: bool = False, nth: int = 1,
-                    genesis: bool = False, wire: int | None = None) -> bool:
+    async def _take(self, peer: Member, rec: PeerRecord, body: Body | SpooledBody, adopt: bool = False,
+                    nth: int = 1, genesis: bool = False, wire: int | None = None) -> bool:
         """Hand a fetched model to the worker (averaged in, or adopted whole) and book the outcome;
         ``genesis``: an answer to a first fetch that named our genesis (the worker may start the
-        peer's replica from its own version 0); ``wire``: the bytes it came in (gzip), if fewer."""
+        peer's replica from its own version 0); ``wire``: the bytes it came in (gzip), if fewer.
+        A spooled body's file is removed once the worker has answered (or given up)."""
+        try:
+            return await self._take_body(peer, rec, body, adopt, nth, genesis, wire)
+        finally:
+            if isinstance(body, SpooledBody):
+                body.close()
+
+    async def _take_body(self, peer: Member, rec: PeerRecord, body: Body | SpooledBody, adopt: bool, nth: int,
+                         genesis: bool, wire: int | None) -> bool:
         got = len(body) if wire is None else wire
         rec.bytes_received += got
         self.totals.bytes_received += got

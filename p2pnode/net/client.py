@@ -20,10 +20,11 @@ from typing import Any
 import aiohttp
 import msgpack
 
-from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign, sign_response
+from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign, sign_response, sign_response_digest
 from p2pnode.net.bodyfill import BodyFill
 from p2pnode.net.deadline import STALL_WINDOW, Transfer
 from p2pnode.net.encoding import gunzip, with_gzip_marker
+from p2pnode.net.spool import Spool, SpooledBody, SpoolFill
 from p2pnode.wire.msgview import Body
 from p2pnode.wire.payload import mismatch
 
@@ -58,13 +59,20 @@ class Response:
 @dataclass
 class ModelAnswer:
     """A model fetch's answer (:meth:`PeerClient.fetch`): its body read into one buffer (a
-    memoryview when big, never zeroed first), and how long the body took."""
+    memoryview when big, never zeroed first), or, for a big body fetched with a spool, written
+    to a file (``spooled``; ``body`` is then empty); and how long the body took."""
 
     status: int
     body: Body
     headers: dict[str, str]
     wire_bytes: int = 0
     body_seconds: float = 0.0  # from the answer's headers to its last byte
+    spooled: SpooledBody | None = None
+
+    @property
+    def payload(self) -> Body | SpooledBody:
+        """The body, wherever it is (what ``WorkerPipe.deliver`` takes)."""
+        return self.spooled if self.spooled is not None else self.body
 
 
 #: bodies up to this long are hashed, inflated and checked on the event loop; longer ones in a thread
@@ -117,16 +125,20 @@ class PeerClient:
         return Response(a.status, a.body if isinstance(a.body, bytes) else bytes(a.body), a.headers, a.wire_bytes)
 
     async def fetch(self, addr: str, path_qs: str, first_byte: float, transfer: Transfer, max_body: int,
-                    gzip: bool = True, model: str = "") -> ModelAnswer:
+                    gzip: bool = True, model: str = "", spool: Spool | None = None) -> ModelAnswer:
         """GET a model: its answer must begin within ``first_byte`` seconds, its body then has
         ``transfer``'s deadline from its size and is cut off below ``transfer``'s rate. ``model``:
         our fingerprint; an answer whose ``X-P2P-Model`` names another is refused before its body
         is read, naming both (another task's model can be larger than any payload of ours, and
-        "over the limit" would hide why)."""
-        return await self._call("GET", addr, path_qs, b"", first_byte, MSGPACK, gzip, max_body, transfer, model)
+        "over the limit" would hide why). ``spool``: a body it wants (big, of a declared length)
+        is written to a file there as it arrives (``ModelAnswer.spooled``; net/spool.py); the
+        caller closes it once done with it."""
+        return await self._call("GET", addr, path_qs, b"", first_byte, MSGPACK, gzip, max_body, transfer, model,
+                                spool)
 
     async def _call(self, method: str, addr: str, path_qs: str, body: bytes, timeout: float, content_type: str,
-                    gzip: bool, max_body: int | None, transfer: Transfer | None, model: str = "") -> ModelAnswer:
+                    gzip: bool, max_body: int | None, transfer: Transfer | None, model: str = "",
+                    spool: Spool | None = None) -> ModelAnswer:
         self.open()
         assert self._session is not None
         limit = self._max_body if max_body is None else max_body
@@ -158,8 +170,11 @@ class PeerClient:
                         seconds = transfer.deadline(limit if declared is None else declared)
                         whole.reschedule(began + seconds)
                         allowed = f"body not complete within {seconds:.1f} s"
-                    data = await _read_body(resp, addr, declared, limit, transfer)
+                    got = await _read_body(resp, addr, declared, limit, transfer, spool)
                     took = loop.time() - began
+                    if isinstance(got, SpooledBody):
+                        return await self._spooled(got, addr, path_qs, request_sig, resp, gzip, took)
+                    data = got
                     if self._secret and not await _verified(self._secret, request_sig, resp, data):
                         why = GUARD_REFUSALS.get(resp.status, "altered on the way, or not a member")
                         raise PeerError(f"{addr}{path_qs}: answer not signed with the cluster secret "
@@ -179,6 +194,30 @@ class PeerClient:
             raise PeerTimeout(f"{addr}: {allowed}") from exc
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             raise PeerError(f"{addr}: {exc.__class__.__name__}: {exc}") from exc
+
+    async def _spooled(self, got: SpooledBody, addr: str, path_qs: str, request_sig: str,
+                       resp: aiohttp.ClientResponse, gzip: bool, took: float) -> ModelAnswer:
+        """A body written to a file: its signature checked against the SHA-256 taken as it was
+        written, and never inflated (p2pnode gzips answers of a few MB at most, net/encoding.py:
+        one as big as this is not what a node sends). The file is removed on any refusal."""
+        try:
+            if self._secret:
+                sig = resp.headers.get(HEADER_RESPONSE_SIG)
+                want = sign_response_digest(self._secret, request_sig, resp.status, got.sha256)
+                if not sig or not hmac.compare_digest(want, str(sig)):
+                    why = GUARD_REFUSALS.get(resp.status, "altered on the way, or not a member")
+                    raise PeerError(f"{addr}{path_qs}: answer not signed with the cluster secret "
+                                    f"(HTTP {resp.status}; {why})")
+            coding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+            if coding != "identity":
+                what = "a gzip answer of this size is not one p2pnode sends" if gzip and coding == "gzip" \
+                    else "an encoding not asked for"
+                raise PeerError(f"{addr}{path_qs}: answer of {got.nbytes} bytes in {coding[:40]!r} ({what})")
+        except BaseException:
+            got.close()
+            raise
+        self.bytes_received += got.nbytes
+        return ModelAnswer(resp.status, b"", dict(resp.headers), got.nbytes, took, spooled=got)
 
     async def call(self, addr: str, path: str, message: dict[str, Any], timeout: float = 1.0) -> dict[str, Any]:
         """POST a msgpack message, expect 200 and a msgpack map back."""
@@ -204,13 +243,16 @@ class TooSlow(TimeoutError):
 
 
 async def _read_body(resp: aiohttp.ClientResponse, addr: str, declared: int | None, limit: int,
-                     transfer: Transfer | None) -> bytes | bytearray | memoryview:
+                     transfer: Transfer | None, spool: Spool | None = None) -> Body | SpooledBody:
     """The body, read into one buffer (of the declared length when there is one: never a list
     of chunks joined at the end, which held a model twice). A model-sized one is filled in a
-    thread (net/bodyfill.py: the copies and the first touch of its pages off the event loop).
-    With ``transfer``, a body slower than its cut-off rate over any STALL_WINDOW is cut off
+    thread (net/bodyfill.py: the copies and the first touch of its pages off the event loop),
+    or, when ``spool`` wants it, written to a file in a thread (net/spool.py). With
+    ``transfer``, a body slower than its cut-off rate over any STALL_WINDOW is cut off
     (TooSlow)."""
-    fill = BodyFill(declared) if transfer is not None and declared is not None and declared > INLINE_BYTES else None
+    fill: BodyFill | SpoolFill | None = None
+    if transfer is not None and declared is not None and declared > INLINE_BYTES:
+        fill = spool.fill(declared) if spool is not None and spool.wants(declared) else BodyFill(declared)
     buf = bytearray(declared or 0) if fill is None else None
     view = memoryview(buf) if declared and buf is not None else None
     got = 0

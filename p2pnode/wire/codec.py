@@ -15,7 +15,7 @@ per-element work is vectorised numpy; there is no Python loop over elements.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Mapping
 
 import lz4.block
@@ -372,16 +372,23 @@ def _specs(raw: Any) -> list[TensorSpec]:
     return specs
 
 
-def _values(name: str, raw: Any, count: int, vdt: np.dtype) -> np.ndarray:
+#: what :func:`decode` calls with each part of the input it has checked (a view of it; a mapped
+#: body's pages then leave the resident set: wire/mapped.py)
+Release = Callable[[np.ndarray], None]
+
+
+def _values(name: str, raw: Any, count: int, vdt: np.dtype, release: Release | None = None) -> np.ndarray:
     if not isinstance(raw, memoryview) or raw.nbytes != count * vdt.itemsize:
         raise PayloadError(f"{name}: value bytes do not match the element count")
     a = np.frombuffer(raw, dtype=vdt).astype(np.float32, copy=False)
     if not all_finite(a):
         raise NonFiniteError(f"{name}: non-finite values")
+    if release is not None:
+        release(np.frombuffer(raw, np.uint8))
     return a
 
 
-def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
+def _indices(name: str, e: Mapping[str, Any], numel: int, release: Release | None = None) -> np.ndarray:
     n = _int(e, "n", 1, numel)
     width = _int(e, "w", 1, 4)
     z = _int(e, "z", 0, 1)
@@ -402,6 +409,8 @@ def _indices(name: str, e: Mapping[str, Any], numel: int) -> np.ndarray:
     # n <= numel < 2**32 gaps < 2**32: cannot wrap. Widened first, summed in place: numpy's
     # cumsum with a dtype to cast to held the GIL (2 s for 50M indices, the daemon's loop with it)
     idx = gaps.astype(np.uint64)
+    if release is not None:
+        release(np.frombuffer(raw, np.uint8))
     np.cumsum(idx, out=idx)
     if int(idx[-1]) >= numel:
         raise PayloadError(f"{name}: index out of range")
@@ -437,13 +446,14 @@ def split_chain(data: bytes | bytearray | memoryview, max_parts: int = MAX_CHAIN
 
 
 def decode(data: bytes | bytearray | memoryview, expect: ModelSpec | None = None,
-           max_bytes: int = DEFAULT_MAX_BYTES) -> Payload:
+           max_bytes: int = DEFAULT_MAX_BYTES, release: Release | None = None) -> Payload:
     """Decode and fully validate a payload; raise :class:`PayloadError` on anything wrong.
 
     ``expect`` (the local model) turns a foreign fingerprint or tensor layout into
     :class:`ArchitectureMismatch`. Never unpickles; msgpack is read with size limits, and the
     tensors' values come back as numpy views of ``data`` (no copy of a big model: keep
-    ``data`` unchanged while they are in use).
+    ``data`` unchanged while they are in use). ``release`` is called with each tensor's bytes
+    once they are checked (a mapped body lets their pages go: wire/mapped.py).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise PayloadError("payload is not bytes")
@@ -454,6 +464,8 @@ def decode(data: bytes | bytearray | memoryview, expect: ModelSpec | None = None
         obj = unpack(data)
     except Malformed as exc:
         raise PayloadError(f"not a msgpack payload ({exc})") from None
+    if release is not None:  # the framing's pages, touched at every tensor's start
+        release(np.frombuffer(data, np.uint8))
     if not isinstance(obj, dict):
         raise PayloadError("payload is not a map")
     if "fmt" not in obj or type(obj["fmt"]) is not int:
@@ -503,7 +515,7 @@ def decode(data: bytes | bytearray | memoryview, expect: ModelSpec | None = None
             raise PayloadError("int8 values in a snapshot")
         if len(raw_data) != len(specs):
             raise PayloadError("tensor count does not match specs")
-        tensors = {s.name: _values(s.name, b, s.numel, vdt) for s, b in zip(specs, raw_data)}
+        tensors = {s.name: _values(s.name, b, s.numel, vdt, release) for s, b in zip(specs, raw_data)}
         return Snapshot(header, tensors)
 
     entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -514,8 +526,8 @@ def decode(data: bytes | bytearray | memoryview, expect: ModelSpec | None = None
         t = _int(e, "t", last + 1, len(specs) - 1)  # increasing: no tensor twice
         last = t
         s = specs[t]
-        idx = _indices(s.name, e, s.numel)
-        vals = _values(s.name, e["v"], idx.size, vdt)
+        idx = _indices(s.name, e, s.numel, release)
+        vals = _values(s.name, e["v"], idx.size, vdt, release)
         if vdt_name == "int8":
             vals = np.ldexp(vals, _int(e, "e", *INT8_EXPONENTS)).astype(np.float32)
         entries[s.name] = (idx, vals)

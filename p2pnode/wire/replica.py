@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from p2pnode.wire.codec import DEFAULT_MAX_BYTES, decode, encode, split_chain
+from p2pnode.wire.codec import DEFAULT_MAX_BYTES, Release, decode, encode, split_chain
 from p2pnode.wire.payload import (
     ArchitectureMismatch,
     Delta,
@@ -93,11 +93,12 @@ class Replica:
     def ready(self) -> bool:
         return self.version >= 0
 
-    def apply(self, payload: Payload, *, validate: bool = True) -> None:
+    def apply(self, payload: Payload, *, validate: bool = True, release: Release | None = None) -> None:
         """Apply a snapshot or delta; raise PayloadError (nothing changed) if it does not fit.
 
         ``validate=False`` is for payloads just returned by ``decode(data, self.spec)``:
         their arrays are already checked. Otherwise the payload is re-checked in full.
+        ``release``: called with each tensor's values once written (a mapped body's pages go).
         """
         h = payload.header
         if h.fingerprint != self.spec.fingerprint:
@@ -122,6 +123,8 @@ class Replica:
         if isinstance(payload, Snapshot):
             for s in self.spec.tensors:
                 self.store.write(s.name, np.asarray(payload.tensors[s.name], dtype=np.float32).reshape(-1))
+                if release is not None:
+                    release(payload.tensors[s.name])
         else:
             for name, (idx, vals) in payload.entries.items():
                 values = self.store.for_update(name)
@@ -130,6 +133,8 @@ class Replica:
                 else:
                     values[idx] += vals  # unique indices: one float32 add each
                 self.store.write(name, values)
+                if release is not None:
+                    release(vals)
         self.epoch, self.version, self.step, self.loss = h.epoch, h.version, h.step, h.loss
 
 
@@ -197,16 +202,19 @@ class ReplicaCache:
         return r
 
     def apply(self, node_id: str, data: bytes | bytearray | memoryview, expect: ModelSpec,
-              max_bytes: int = DEFAULT_MAX_BYTES, genesis: Mapping[str, np.ndarray] | None = None) -> Replica:
+              max_bytes: int = DEFAULT_MAX_BYTES, genesis: Mapping[str, np.ndarray] | None = None,
+              release: Release | None = None) -> Replica:
         """Decode ``data`` from peer ``node_id`` and apply it; on any error (PayloadError and
         subclasses) the cache is unchanged. ``data`` may be a chain (``?chain=1``): deltas back
         to back, each from the version the one before it reached; all are decoded and checked
         to follow on before the first is applied. ``genesis``: our own x̂ at version 0, given
         when the fetch named its digest and so a delta from version 0 starts from it (the
-        server answers so only when its version 0 is the same; wire/genesis.py)."""
+        server answers so only when its version 0 is the same; wire/genesis.py). ``release``: a
+        body mapped from a file (wire/mapped.py) lets each tensor's pages go once checked, and
+        again once applied, so that it is never resident whole."""
         if len(data) > max_bytes:
             raise PayloadError(f"payload too large ({len(data)} > {max_bytes} bytes)")
-        payloads = [decode(part, expect, max_bytes) for part in split_chain(data)]
+        payloads = [decode(part, expect, max_bytes, release) for part in split_chain(data)]
         first = payloads[0]
         for before, after in zip(payloads, payloads[1:]):
             if not isinstance(after, Delta) or after.header.epoch != before.header.epoch \
@@ -231,7 +239,7 @@ class ReplicaCache:
                              f"replica {replica.epoch}/{replica.version}")
         try:
             for payload in payloads:
-                replica.apply(payload, validate=False)
+                replica.apply(payload, validate=False, release=release)
         except BaseException:
             self._drop(replica, keep=old)
             raise

@@ -24,6 +24,7 @@ from p2pnode.sync.messages import FINAL, FINAL_ROUND, SyncContribute, SyncResult
 from p2pnode.sync.worker_allreduce import AllReduce
 from p2pnode.sync.worker_powersgd import PowerSync, from_wire, to_wire
 from p2pnode.wire.codec import payload_limit
+from p2pnode.wire.mapped import peer_body
 from p2pnode.wire.payload import ArchitectureMismatch, NonFiniteError, PayloadError
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap, keep_genesis, replica_folder
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
@@ -107,7 +108,11 @@ class Worker(TrainerLoop, PeerLoop):
         reason = ""
         try:
             limit = payload_limit(self.spec, self.cfg.http.max_payload_bytes)
-            replica = self.replicas.apply(msg.peer, msg.data, self.spec, limit, self.genesis if msg.genesis else None)
+            with peer_body(msg.data, msg.path) as (data, release):  # a big body: from the daemon's file
+                replica = self.replicas.apply(msg.peer, data, self.spec, limit,
+                                              self.genesis if msg.genesis else None, release)
+        except OSError as exc:  # the daemon's spooled file is gone (it gave up waiting): ours, not the peer's
+            reason, detail = "gap", f"spooled body unreadable: {exc}"
         except ArchitectureMismatch as exc:
             reason, detail = "architecture", str(exc)
         except NonFiniteError as exc:

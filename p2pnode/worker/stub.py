@@ -40,6 +40,7 @@ from p2pnode.wire.payload import (
 from p2pnode.wire.codec import encode as encode_payload
 from p2pnode.wire.codec import payload_limit
 from p2pnode.wire.genesis import digest
+from p2pnode.wire.mapped import peer_body
 from p2pnode.wire.public_file import NAME as PUBLIC_FILE
 from p2pnode.wire.public_file import PublicFile
 from p2pnode.wire.replica import DISK_FROM, ReplicaCache, ReplicaGap, replica_folder
@@ -205,7 +206,13 @@ class StubWorker(PeerLoop):
     def on_peer(self, msg: PeerPayload) -> None:
         try:
             limit = payload_limit(self.spec, self.cfg.http.max_payload_bytes)
-            replica = self.replicas.apply(msg.peer, msg.data, self.spec, limit, self.genesis if msg.genesis else None)
+            with peer_body(msg.data, msg.path) as (data, release):  # a big body: from the daemon's file
+                replica = self.replicas.apply(msg.peer, data, self.spec, limit,
+                                              self.genesis if msg.genesis else None, release)
+        except OSError as exc:  # the daemon's spooled file is gone (it gave up waiting): ours, not the peer's
+            self.send(Applied(token=msg.token, ok=False, peer=msg.peer, reason="gap",
+                              detail=f"spooled body unreadable: {exc}"[:300]))
+            return
         except PayloadError as exc:
             reason = ("architecture" if isinstance(exc, ArchitectureMismatch) else
                       "non-finite" if isinstance(exc, NonFiniteError) else
