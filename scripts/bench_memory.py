@@ -8,7 +8,9 @@ GPT-2-shaped example with ``--task gpt2``), a backward pass (the gradient), the 
 state after a step (SGD with momentum, or AdamW with ``--optimizer adamw``), the worker's public
 copy x̂ (``DeltaPublisher``) and a publish, its version-0 copy kept for replicas (in memory, or in
 a file: ``wire/replica.keep_genesis``), ``--replicas`` peers' replicas applied from snapshots (in
-memory, or in files: ``ReplicaCache`` with a folder), and the daemon's side of serving: for a big
+memory, or in files: ``ReplicaCache`` with a folder), a peer's snapshot as a big one arrives now
+(spooled to a file by the daemon, net/spool.py, and applied from that file by the worker a
+tensor at a time, wire/mapped.py), and the daemon's side of serving: for a big
 model ``ServedModel.attach`` to the worker's x̂ in its file (wire/public_file.py) and a snapshot
 encoded from it; for comparison the mirror a small model's daemon keeps (``ServedModel.reset``
 from a snapshot), which every model had before. A part kept in a file mapping (the worker's x̂ of
@@ -76,6 +78,22 @@ class Meter:
         return out
 
 
+def receive_spooled(body: bytes, folder: Path) -> Any:
+    """``body`` through the daemon's spool as a fetch receives it: 64 KiB reads (what aiohttp
+    hands over), each a new bytes object, written to a file in a thread (net/spool.py)."""
+    import asyncio
+
+    from p2pnode.net.spool import Spool
+
+    async def run() -> Any:
+        fill = Spool(folder, spool_from=1).fill(len(body))
+        view = memoryview(body)
+        for at in range(0, len(body), 1 << 16):
+            await fill.add(bytes(view[at:at + (1 << 16)]))
+        return await fill.finish()
+    return asyncio.run(run())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", type=int, default=124_000_000, help="benchlib.sizetask's task.params")
@@ -93,6 +111,7 @@ def main() -> int:
     torch_file = rss()["RssFile"] - base["RssFile"]
     from p2pnode.compression.registry import build_sparsifier
     from p2pnode.wire.codec import encode
+    from p2pnode.wire.mapped import peer_body
     from p2pnode.wire.payload import ModelSpec, Snapshot
     from p2pnode.wire.public_file import PublicReader
     from p2pnode.wire.replica import ReplicaCache, keep_genesis
@@ -144,7 +163,10 @@ def main() -> int:
     genesis = m.part("worker", f"version-0 copy for replicas, in a file{big}",
                      lambda: keep_genesis(tmp, spec, pub.xhat))
     snap = encode(Snapshot(spec.header("snapshot", "peer", "e", 1), {k: v.numpy() for k, v in pub.xhat.items()}))
-    m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, transient)", len(snap), 0, len(snap)))
+    m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, before it was spooled)", len(snap), 0,
+                   len(snap)))
+    spooled = m.part("daemon", "a peer's snapshot received into a spool file (net/spool.py: transient)",
+                     lambda: receive_spooled(snap, tmp / "spool"))
     caches = {"memory": ReplicaCache(args.replicas + 1)}
     disk_cache = ReplicaCache(args.replicas + 1, tmp / "replicas")
 
@@ -158,6 +180,12 @@ def main() -> int:
     caches.clear()  # dropped: the next part is measured without them
     gc.collect()
     m.part("worker", f"{args.replicas} replicas in files", lambda: fill(disk_cache))
+
+    def from_spool() -> None:  # what the worker does with a PeerPayload naming the spooled file
+        with peer_body(b"", str(spooled.path)) as (data, release):
+            disk_cache.apply("peer", data, spec, max_bytes=len(spooled), release=release)
+    m.part("worker", "a spooled snapshot applied from its file to a replica's file (transient)", from_spool)
+    spooled.close()
     from p2pnode.worker.averaging import average_into
     replica = disk_cache.get("peer0")
     assert replica is not None
