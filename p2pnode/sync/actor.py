@@ -33,6 +33,7 @@ from p2pnode.membership.base import Member
 from p2pnode.net.client import MSGPACK, PeerClient, PeerError
 from p2pnode.net.server import error
 from p2pnode.pipe_protocol import ADOPT, Message
+from p2pnode.sync.answer import answer
 from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
 from p2pnode.sync.outcome import Outcome, SyncRefused
 from p2pnode.sync.reducer import MAX_REPLAY, Reducer
@@ -375,16 +376,16 @@ class SyncActor:
             return error(400, f"contribution refused: {exc}")
         except TimeoutError:
             return error(503, "the phase did not close in time")
-        answer = msgpack.packb({"round": out.round, "count": out.count, "included": out.included,
-                                "behind": out.behind, "data": out.data, "step_down": out.step_down,
-                                "replay": [list(r) for r in out.replay], "pace": out.pace, "new_group": out.new_group},
-                               use_bin_type=True)
+        resp, sent = answer({"round": out.round, "count": out.count, "included": out.included,
+                             "behind": out.behind, "data": out.data, "step_down": out.step_down,
+                             "replay": [list(r) for r in out.replay], "pace": out.pace,
+                             "new_group": out.new_group})
         # the bodies as they cross the wire, as the contributor counts them and as gossip's are
         self.totals["bytes_received"] += len(body)
-        self.totals["bytes_sent"] += len(answer)
+        self.totals["bytes_sent"] += sent
         self.route_bytes["received"] += len(body)
-        self.route_bytes["answered"] += len(answer)
-        return web.Response(body=answer, content_type=MSGPACK)
+        self.route_bytes["answered"] += sent
+        return resp
 
     def status(self) -> dict[str, Any]:
         late, running = self.reducer.late, self._running()

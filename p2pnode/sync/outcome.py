@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from p2pnode.sync.messages import FINAL
-from p2pnode.sync.values import BadValues, decode
+from p2pnode.sync.values import BadValues, decode, float32_view
 
 
 class SyncRefused(ValueError):
@@ -53,6 +53,6 @@ def parse(data: bytes, length: int | None = None, kind: str = "float16") -> np.n
     """``kind`` bytes (sync/values.py) as float32; SyncRefused unless well formed and finite
     (and ``length`` long)."""
     try:
-        return decode(data, kind, length)
+        return float32_view(data, length) if kind == "float32" else decode(data, kind, length)
     except BadValues as exc:
         raise SyncRefused(str(exc)) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 
 from p2pnode.sync import outliers
 from p2pnode.sync.messages import FINAL, FINAL_ROUND
@@ -68,3 +69,16 @@ def test_a_model_sized_final_mean_is_computed_off_the_loop() -> None:
     got = decode(outs[0].data, "float32", OFF_LOOP + 5)
     assert np.array_equal(got, whole(ps, 20.0).astype(np.float32))
     assert ticks > 3  # the loop ran other tasks while the mean was computed
+
+
+def test_a_final_model_is_a_view_of_its_body_checked_slice_by_slice() -> None:
+    from p2pnode.sync.outcome import SyncRefused, parse
+
+    body = np.arange(10, dtype=np.float32).tobytes()
+    arr = parse(body, 10, "float32")
+    assert not arr.flags.owndata and np.array_equal(arr, np.arange(10, dtype=np.float32))
+    bad = np.arange(3_000_000, dtype=np.float32)
+    bad[2_500_000] = np.nan  # in a later slice than the first
+    for data, length in ((bad.tobytes(), None), (body, 11), (body[:-1], None)):
+        with pytest.raises(SyncRefused):
+            parse(data, length, "float32")
