@@ -62,6 +62,19 @@ def test_small_tensor_exact_and_few_moved_all_sent() -> None:
     assert sel.select(ties).numel() == round(0.1 * N)
 
 
+def test_last_threshold_goes_first() -> None:
+    """A tensor's threshold found last time (over its mean magnitude) is the first probe:
+    the same shape at another scale takes one counting pass, and the same indices."""
+    sel = SizedTopK(0.1)
+    flat = data("heavy", N, 4)
+    first = sel.select(flat, "w")
+    again = sel.select(flat * 3.0, "w")
+    assert sel.estimated.stats["probes"] == 1 and torch.equal(first, again)
+    other = SizedTopK(0.1)
+    other.select(flat * 3.0)  # no key: the Laplace key point first, several passes on this
+    assert other.estimated.stats["probes"] > 1
+
+
 def test_only_exact_topk_is_replaced() -> None:
     topk = build_sparsifier("topk:density=0.25")
     sized = publish_selector(topk)

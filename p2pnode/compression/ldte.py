@@ -49,7 +49,8 @@ class LDTEBS(DensitySparsifier):
     """Top-k by a Laplace-fit threshold, corrected by binary search to ``|count - k| <= tol*k``.
 
     ``stats`` after each call: ``probes`` (full + candidate counting passes), ``fallback``
-    (True if exact top-k had to finish), ``count``.
+    (True if exact top-k had to finish), ``count``, ``ratio`` (the threshold that met the
+    tolerance over mean(|x|); None after a fallback).
     """
 
     name = "ldte-bs"
@@ -84,21 +85,30 @@ class LDTEBS(DensitySparsifier):
         gauss = b * math.sqrt(math.pi / 2) * NormalDist().inv_cdf(1.0 - 0.5 * k / n)
         return laplace, gauss
 
-    def select_k(self, flat: torch.Tensor, k: int) -> torch.Tensor:
+    def select_k(self, flat: torch.Tensor, k: int, start: float | None = None) -> torch.Tensor:
+        """``start``: the first probe as a multiple of mean(|x|), instead of the Laplace key
+        point's ln(n/k) (a caller's ``stats["ratio"]`` for the same tensor last time: a
+        publish's residual is no longer Laplace-shaped, its top was cut off, but the shape
+        changes little from one publish to the next while its scale grows or shrinks)."""
         n = flat.numel()
         scratch = self._scratch
         a = scratch.abs(flat)
         t, t_gauss = self.estimate(a, k)
         if not math.isfinite(t) or t <= 0.0:  # all zeros, NaN or inf present: be exact
-            self.stats = {"probes": 0, "fallback": True, "count": k}
+            self.stats = {"probes": 0, "fallback": True, "count": k, "ratio": None}
             return torch.topk(a, k, sorted=False).indices
+        b = t / math.log(n / k)  # mean(|x|), as estimate() computed it
+        warm = start is not None and math.isfinite(start) and start > 0.0
+        if warm:
+            assert start is not None
+            t = start * b
         mask = scratch.ge(a, t)
         count = count_true(mask)
         probes = 1
         lo_ok = k - self.tol * k
         hi_ok = k + self.tol * k
         if not self.correct or lo_ok <= count <= hi_ok:
-            self.stats = {"probes": probes, "fallback": False, "count": count}
+            self.stats = {"probes": probes, "fallback": False, "count": count, "ratio": t / b}
             return flatnonzero(mask)
 
         # Bracket: count(t_lo) > hi_ok, count(t_hi) < lo_ok (t_hi = None: not found yet).
@@ -120,7 +130,7 @@ class LDTEBS(DensitySparsifier):
             if probes > self.max_iter:
                 break
             # next pivot: log-count interpolation, bisection if it stalls or leaves the bracket
-            if side == +1 and probes == 1 and t_hi is not None and 0.0 < t_gauss < t_hi:
+            if side == +1 and probes == 1 and not warm and t_hi is not None and 0.0 < t_gauss < t_hi:
                 t_new = t_gauss  # lighter tail than Laplace: try the Gaussian key point
             elif t_hi is None:
                 slope = math.log(n / c_lo) / t_lo if t_lo > 0 else 0.0
@@ -142,18 +152,18 @@ class LDTEBS(DensitySparsifier):
                 mask = scratch.ge(a, t)
                 count = count_true(mask)
                 if lo_ok <= count <= hi_ok:
-                    self.stats = {"probes": probes, "fallback": False, "count": count}
+                    self.stats = {"probes": probes, "fallback": False, "count": count, "ratio": t / b}
                     return flatnonzero(mask)
             else:
                 assert cand_idx is not None  # gathered together with cand
                 cmask = cand >= t
                 count = int(torch.count_nonzero(cmask))
                 if lo_ok <= count <= hi_ok:
-                    self.stats = {"probes": probes, "fallback": False, "count": count}
+                    self.stats = {"probes": probes, "fallback": False, "count": count, "ratio": t / b}
                     return cand_idx[cmask]
 
         # Could not meet the tolerance (ties, or max_iter): exact top-k on what is bracketed.
-        self.stats = {"probes": probes, "fallback": True, "count": k}
+        self.stats = {"probes": probes, "fallback": True, "count": k, "ratio": None}
         if cand is not None:
             assert cand_idx is not None
             return cand_idx[torch.topk(cand, k, sorted=False).indices]

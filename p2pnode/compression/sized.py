@@ -42,11 +42,14 @@ class SizedTopK:
         self.exact = TopK(density)
         self.estimated = LDTEBS(density, tol=tol)
         self.stats: dict[str, Any] = {}
+        #: each tensor's last threshold over its mean magnitude (by ``key``): the next first probe
+        self._last: dict[str, float] = {}
 
-    def select(self, flat: torch.Tensor) -> torch.Tensor:
+    def select(self, flat: torch.Tensor, key: str = "") -> torch.Tensor:
         """Indices (int64) of the entries to keep: k exactly below the size, k within ``tol``
         at or above it (ascending there, as ``flatnonzero`` gives them, unless exact top-k had
-        to finish the search)."""
+        to finish the search). ``key`` names the tensor: its threshold found last time is the
+        first one tried (one counting pass where the Laplace fit of a residual needs several)."""
         n = flat.numel()
         k = kept_count(n, self.density) if n else 0
         if n < self.exact_below or k >= n:
@@ -57,7 +60,10 @@ class SizedTopK:
         if moved <= k:  # everything that moved fits: exact top-k would add only zeros to it
             idx = flatnonzero(flat != 0)
         else:
-            idx = self.estimated.select_k(flat, k)
+            idx = self.estimated.select_k(flat, k, self._last.get(key) if key else None)
+            ratio = self.estimated.stats.get("ratio")
+            if key and ratio is not None:
+                self._last[key] = ratio
         self.stats = {"exact": False, "k": k, "count": int(idx.numel())}
         return idx
 
