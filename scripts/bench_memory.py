@@ -24,6 +24,7 @@ and take them back. The daemon's and the worker's parts are added up as a node w
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import secrets
 import sys
@@ -166,7 +167,7 @@ def main() -> int:
     m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, before it was spooled)", len(snap), 0,
                    len(snap)))
     spooled = m.part("daemon", "a peer's snapshot received into a spool file (net/spool.py: transient)",
-                     lambda: receive_spooled(snap, tmp / "spool"))
+                     functools.partial(receive_spooled, snap, tmp / "spool"))
     caches = {"memory": ReplicaCache(args.replicas + 1)}
     disk_cache = ReplicaCache(args.replicas + 1, tmp / "replicas")
 

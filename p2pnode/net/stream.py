@@ -46,6 +46,9 @@ class PartsResponse(web.StreamResponse):
                  headers: dict[str, str] | None = None, content_type: str = "application/octet-stream") -> None:
         super().__init__(status=status, headers=headers)
         self.content_type = content_type
+        #: parts that say how (a ``release`` method: wire/served_file.py) let go of each slice's
+        #: pages once it is written, so a body mapped from a file is never resident whole
+        self.release: Callable[[memoryview], None] | None = getattr(parts, "release", None)
         self.parts = list(parts)
         self.body_sha256 = body_sha256
         self.nbytes = total(self.parts)
@@ -59,5 +62,7 @@ class PartsResponse(web.StreamResponse):
                 for at in range(0, view.nbytes, SLICE):
                     await self.write(view[at:at + SLICE])
                     self.sent += min(SLICE, view.nbytes - at)
+                    if self.release is not None:
+                        self.release(view[at:at + SLICE])
                     await asyncio.sleep(0)
         await super().write_eof(data)

@@ -15,7 +15,7 @@ per-element work is vectorised numpy; there is no Python loop over elements.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Mapping
 
 import lz4.block
@@ -135,6 +135,13 @@ def encode_parts(snapshot: Snapshot, value_dtype: str = "float32") -> list[bytes
     """A snapshot's encoding as parts whose concatenation is :func:`encode`'s bytes: the header,
     then each tensor's values *as they lie in memory* (float32 arrays are not copied; keep them
     unchanged while the parts are in use). What a server streams a big model from."""
+    return list(iter_parts(snapshot, value_dtype))
+
+
+def iter_parts(snapshot: Snapshot, value_dtype: str = "float32") -> Iterator[bytes | memoryview]:
+    """:func:`encode_parts` one part at a time, each tensor looked up in ``snapshot.tensors``
+    only when its part is due: with a mapping that reads a tensor when asked (a big model's
+    file), no more than one tensor is held at once."""
     h = snapshot.header
     if value_dtype not in VALUE_DTYPES:
         raise ValueError(f"unknown value dtype {value_dtype!r}")
@@ -154,13 +161,11 @@ def encode_parts(snapshot: Snapshot, value_dtype: str = "float32") -> list[bytes
         "specs": [[s.name, list(s.shape), s.dtype] for s in h.specs],
     }
     packed = msgpack.packb(head, use_bin_type=True)  # a fixmap of 11: one more entry follows
-    parts: list[bytes | memoryview] = [bytes((packed[0] + 1,)) + packed[1:] + msgpack.packb("data")
-                                       + msgpack.Packer().pack_array_header(len(h.specs))]
+    yield bytes((packed[0] + 1,)) + packed[1:] + msgpack.packb("data") + msgpack.Packer().pack_array_header(len(h.specs))
     for s in h.specs:
         w = _values_array(s.name, snapshot.tensors[s.name], s.numel, vdt)
-        parts.append(_bin_header(w.nbytes))
-        parts.append(np.ascontiguousarray(w).data.cast("B"))
-    return parts
+        yield _bin_header(w.nbytes)
+        yield np.ascontiguousarray(w).data.cast("B")
 
 
 def _gaps(name: str, idx: Any, numel: int) -> np.ndarray | None:

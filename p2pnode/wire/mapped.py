@@ -28,13 +28,17 @@ class MappedBody:
     """The file at ``path`` mapped read-only: ``view`` its bytes, ``release(array)`` drops the
     pages under a view of them from the resident set. Close it (a context manager) when done."""
 
-    def __init__(self, path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
+    def __init__(self, path: str = "", fd: int = -1) -> None:
+        """The file at ``path``, or the one open as ``fd`` (left open)."""
+        own = fd < 0
+        if own:
+            fd = os.open(path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
             self._mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
         finally:
-            os.close(fd)
+            if own:
+                os.close(fd)
         self.size = size
         self.view = memoryview(self._mm) if self._mm is not None else memoryview(b"")
         self._base = np.frombuffer(self.view, np.uint8).ctypes.data if size else 0

@@ -150,6 +150,11 @@ class PublicReader:
         seq, version, step, loss = _STATE.unpack(os.pread(self._fd, _STATE.size, _STATE_AT))
         return int(seq), int(version), int(step), float(loss)
 
+    def tensor(self, name: str) -> np.ndarray:
+        """One tensor's values now, a fresh array (no version check: the caller reads
+        :meth:`state` before and after, as :meth:`read_any` does)."""
+        return self._tensor(name)
+
     def _tensor(self, name: str) -> np.ndarray:
         at, numel = self._where[name]
         out = np.empty(numel, dtype=np.float32)

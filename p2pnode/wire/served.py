@@ -38,6 +38,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.genesis import digest
 from p2pnode.wire.msgview import Body
 from p2pnode.wire.public_file import PublicReader
+from p2pnode.wire.served_file import ReleasingParts, clean, write_snapshot
 
 MiB = 1024 * 1024
 #: indices merged by np.unique at most; more are merged through a mask (numpy's sort holds the GIL)
@@ -67,10 +69,10 @@ class SnapshotBody:
     values of a copy of x̂ made when it was cached, never joined into one more copy. Its
     SHA-256 (for a signed answer) is computed once, when first asked for, in a thread."""
 
-    def __init__(self, parts: list[bytes | memoryview]) -> None:
+    def __init__(self, parts: list[bytes | memoryview] | ReleasingParts, sha256: str = "") -> None:
         self.parts = parts
         self.nbytes = sum(memoryview(p).nbytes for p in parts)
-        self._sha256 = ""
+        self._sha256 = sha256  # known already when the parts were written to a file
         self._joined: bytes | None = None
         self._lock = threading.Lock()
 
@@ -217,6 +219,7 @@ class ServedModel:
         empty. No copy of x̂ is made: snapshots and merged deltas read the file."""
         if reader.spec != self.spec:
             raise PayloadError("the public file holds another model")
+        clean(Path(reader.path).parent)  # an earlier daemon's snapshot copies, half written
         _, _, step, loss = reader.state()
         with self._lock:
             self._x = {}
@@ -376,10 +379,17 @@ class ServedModel:
                     return ServeResult(200, merged, "delta", v)
             if self._snapshot is None or (self._snapshot[0] < v and not self._reusable(self._snapshot[0])):
                 self._snapshot = None  # the old copy goes before the new one is made
-                at, step, loss, copy = self._snapshot_values()  # publishes go on while it streams
-                header = self.spec.header("snapshot", self.node_id, self._epoch, at,
-                                          base_version=-1, step=step, loss=loss)
-                self._snapshot = (at, SnapshotBody(encode_parts(Snapshot(header, copy))))
+                if self._file is not None:  # a big model: the copy in a file (wire/served_file.py)
+                    made = write_snapshot(self._file, self.spec, self.node_id, self._epoch,
+                                          Path(self._file.path).parent)
+                    if made is None or made[0] < self._version:
+                        raise _Behind
+                    self._snapshot = (made[0], SnapshotBody(made[1], made[3]))
+                else:
+                    at, step, loss, copy = self._snapshot_values()  # publishes go on while it streams
+                    header = self.spec.header("snapshot", self.node_id, self._epoch, at,
+                                              base_version=-1, step=step, loss=loss)
+                    self._snapshot = (at, SnapshotBody(encode_parts(Snapshot(header, copy))))
                 self._snapshot_at = time.monotonic()
             return ServeResult(200, b"", "snapshot", self._snapshot[0], self._snapshot[1])
 
