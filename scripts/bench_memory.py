@@ -10,10 +10,11 @@ copy x̂ (``DeltaPublisher``) and a publish, its version-0 copy kept for replica
 a file: ``wire/replica.keep_genesis``), ``--replicas`` peers' replicas applied from snapshots (in
 memory, or in files: ``ReplicaCache`` with a folder), a peer's snapshot as a big one arrives now
 (spooled to a file by the daemon, net/spool.py, and applied from that file by the worker a
-tensor at a time, wire/mapped.py), and the daemon's side of serving: for a big
-model ``ServedModel.attach`` to the worker's x̂ in its file (wire/public_file.py) and a snapshot
-encoded from it; for comparison the mirror a small model's daemon keeps (``ServedModel.reset``
-from a snapshot), which every model had before. A part kept in a file mapping (the worker's x̂ of
+tensor at a time, wire/mapped.py), and the daemon's side of serving: for a big model
+``ServedModel.attach`` to the worker's x̂ in its file (wire/public_file.py), a snapshot encoded
+from it into a file of its own (wire/served_file.py) and streamed from there; for comparison the
+mirror a small model's daemon keeps (``ServedModel.reset`` from a snapshot), which every model
+had before. A part kept in a file mapping (the worker's x̂ of
 a big model) counts its file pages: resident like the rest, though the kernel may write them out
 and take them back. The daemon's and the worker's parts are added up as a node would hold them
 (two processes, each with its own interpreter; the daemon does not import torch).
@@ -93,6 +94,18 @@ def receive_spooled(body: bytes, folder: Path) -> Any:
             await fill.add(bytes(view[at:at + (1 << 16)]))
         return await fill.finish()
     return asyncio.run(run())
+
+
+def stream_out(parts: Any) -> None:
+    """What ``PartsResponse`` does with a snapshot's parts, less the socket: each 1 MiB slice
+    read (copied, as the socket's send copies it) and then released, where the parts say how."""
+    release = getattr(parts, "release", None)
+    for part in parts:
+        view = memoryview(part).cast("B")
+        for at in range(0, view.nbytes, 1 << 20):
+            bytes(view[at:at + (1 << 20)])
+            if release is not None:
+                release(view[at:at + (1 << 20)])
 
 
 def main() -> int:
@@ -197,9 +210,11 @@ def main() -> int:
         m.part("daemon", "served x̂: the worker's file (ServedModel.attach, no copy)", lambda: attached.attach(
             PublicReader(pub.file.path), pub.epoch, 0))
         attached.publish(published)
-        held = m.part("daemon", "a snapshot encoded from the file (the copy it streams from: transient)",
+        held = m.part("daemon", "a snapshot encoded from the file into a file of its own (wire/served_file.py)",
                       lambda: attached.serve(None, None))
-        assert held.kind == "snapshot" and held.version == 1
+        assert held.kind == "snapshot" and held.version == 1 and held.snapshot is not None
+        m.part("daemon", "that snapshot streamed: 1 MiB slices read, each let go once sent (net/stream.py)",
+               functools.partial(stream_out, held.snapshot.parts))
         del held, attached
     served = ServedModel(spec, "me", "e")
     m.part("daemon", "served mirror x̂ (ServedModel.reset from a snapshot: models under 64 MiB; before, all)",
