@@ -58,3 +58,22 @@ def refresh_batchnorm(model: nn.Module, batches: Iterator[Any], count: int,
             m.momentum = momentum
         model.train(was_training)
     return done
+
+
+@torch.no_grad()
+def variances_to_second_moments(model: nn.Module) -> None:
+    """Each BatchNorm layer's running variance replaced by its second moment E[x^2] = var +
+    mean^2, in place: means of (mean, E[x^2]) over nodes are the statistics of the nodes' data
+    together (the variance of the union holds the spread between the nodes' means; a mean of
+    variances does not). ``second_moments_to_variances`` undoes it."""
+    for m in batchnorm_layers(model):
+        assert m.running_var is not None and m.running_mean is not None
+        m.running_var.add_(m.running_mean * m.running_mean)
+
+
+@torch.no_grad()
+def second_moments_to_variances(model: nn.Module) -> None:
+    """var = E[x^2] - mean^2 again, in place (rounding can leave a tiny negative: clamped to 0)."""
+    for m in batchnorm_layers(model):
+        assert m.running_var is not None and m.running_mean is not None
+        m.running_var.sub_(m.running_mean * m.running_mean).clamp_(min=0.0)

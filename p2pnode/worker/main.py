@@ -28,7 +28,7 @@ from p2pnode.wire.mapped import peer_body
 from p2pnode.wire.payload import ArchitectureMismatch, NonFiniteError, PayloadError
 from p2pnode.wire.replica import ReplicaCache, ReplicaGap, keep_genesis, replica_folder
 from p2pnode.worker.averaging import average_into, peer_weight, relative_distance
-from p2pnode.worker.batchnorm import batchnorm_layers
+from p2pnode.worker.batchnorm import batchnorm_layers, second_moments_to_variances, variances_to_second_moments
 from p2pnode.worker.finish_guard import Figures, FinishGuard
 from p2pnode.worker.outer import OuterNesterov
 from p2pnode.worker.process import PeerLoop, run_spawned
@@ -220,22 +220,41 @@ class Worker(TrainerLoop, PeerLoop):
 
     def final_mean(self) -> None:
         """exchange.sync, after the last step: our model becomes the mean of every node's (what
-        a node missed on the way, a restart or a late round, is evened out, and all end alike)."""
-        state = floating_state(self.trainer.model)
+        a node missed on the way, a restart or a late round, is evened out, and all end alike).
+        BatchNorm statistics are first recomputed over our shard and sent as (mean, E[x^2]), so
+        their mean is the statistics of every node's data together, not of our shard alone: on
+        label-skewed shards our own classes' statistics cost the model 8-28 pt of accuracy on
+        the whole test set (docs/ALGORITHMS.md, "BatchNorm statistics after the synchronous
+        mode"); the evaluations after it keep them (``ShardTrainer.norms_pooled``)."""
+        model = self.trainer.model
+        pooled = self.trainer.refresh_norms() > 0
+        if pooled:
+            variances_to_second_moments(model)
+        try:
+            merged = self._final_mean(floating_state(model))
+        finally:
+            if pooled:
+                second_moments_to_variances(model)
+        if merged:
+            self.trainer.norms_pooled = pooled
+            self.publish(full=True)
+
+    def _final_mean(self, state: dict[str, torch.Tensor]) -> bool:
+        """``state`` replaced by the network's mean of it; False: none came, or it was refused."""
         result = self.sync_phase(FINAL, FINAL_ROUND, to_wire(list(state.values()), "float32"))
         if result is None or not result.data:
-            return
+            return False
         try:
             flat = from_wire(result.data, sum(v.numel() for v in state.values()), "float32")
         except ValueError as exc:
             log.warning("the models' mean refused (%s): we keep ours", exc)
-            return
+            return False
         with torch.no_grad():
             at = 0
             for tensor in state.values():
                 tensor.copy_(flat[at:at + tensor.numel()].view_as(tensor))
                 at += tensor.numel()
-        self.publish(full=True)
+        return True
 
     def sync_phase(self, phase: int, rnd: int, data: bytes, took: float = 0.0) -> SyncResult | None:
         """Send one phase's contribution and wait for its mean (handling what else comes)."""

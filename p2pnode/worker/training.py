@@ -113,6 +113,10 @@ class ShardTrainer:
         #: goes on through its shard, not from its first batches again)
         self.drawn = 0
         self._batches: Iterator[Any] | None = None
+        #: the BatchNorm statistics are the cluster's (pooled by the synchronous mode's models'
+        #: mean after training, worker/main.py ``final_mean``): an evaluation keeps them rather
+        #: than recomputing them over our own shard, until the next training step
+        self.norms_pooled = False
         self.seek(0)
 
     @property
@@ -159,6 +163,7 @@ class ShardTrainer:
         mean before they are clipped and stepped along, or (returning False) has stepped the
         model itself instead (``step_along``: the rounds a late node missed)."""
         self.model.train()
+        self.norms_pooled = False
         batch = self._next_batch()
         drawn = loader.batch_len(batch)
         if self.batch_share < 1.0:
@@ -242,9 +247,10 @@ class ShardTrainer:
         """BatchNorm running statistics recomputed over ``training.bn_refresh`` batches of the
         shard (p2pnode/worker/batchnorm.py: averaging leaves statistics of no model anyone
         holds). The batches come from a stream of their own, the same at every refresh, so the
-        training stream and the model's weights are left as they were. Returns the batches run."""
+        training stream and the model's weights are left as they were. Returns the batches run
+        (0 too when the statistics are the cluster's: ``norms_pooled``)."""
         count = self.cfg.training.bn_refresh
-        if count <= 0 or not batchnorm_layers(self.model):
+        if count <= 0 or self.norms_pooled or not batchnorm_layers(self.model):
             return 0
         gen = torch.Generator().manual_seed(batch_seed(self.cfg.training.seed, self._shard_index) + 104729)
         stream = loader.train_batches(self.task, self.train_split, self.cfg.training.batch_size, gen, 0)
@@ -273,6 +279,7 @@ class ShardTrainer:
             "lr_scale": self.lr_scale,
             "nonfinite_steps": self.nonfinite_steps,
             "drawn": self.drawn,
+            "norms_pooled": self.norms_pooled,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -286,5 +293,6 @@ class ShardTrainer:
         scale = float(state.get("lr_scale", 1.0))
         self.lr_scale = scale if MIN_LR_SCALE <= scale <= 1.0 else 1.0
         self.nonfinite_steps = int(state.get("nonfinite_steps", 0))
+        self.norms_pooled = bool(state.get("norms_pooled", False))
         # where the batch stream was (a checkpoint from before it was kept: one batch a step)
         self.seek(int(state.get("drawn", self.step)))
