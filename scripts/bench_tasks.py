@@ -36,6 +36,7 @@ from benchlib.results import (
     write_section,
 )
 from benchlib.taskref import alone, checkpoint_metrics, reference
+from benchlib.tasks.ddpref import ddp_reference
 from benchlib.tasks.suite import SHARDS, TASKS, SuiteTask
 
 SECTION = "## The learning-quality suite: each task beside its all-reduce reference (bench_tasks)"
@@ -65,8 +66,11 @@ def run_settings(t: SuiteTask, shards: str, seed: int) -> dict[str, Any]:
 
 
 def run_cluster(t: SuiteTask, task: dict[str, Any], shards: str, variant: str, seed: int, nodes: int, samples: int,
-                workdir: Path, port: int, secret: str) -> tuple[list[float], float]:
-    """Each node's figure (its final checkpoint on the test set) and the run's wall seconds."""
+                workdir: Path, port: int, secret: str,
+                stored: list[float | None] | None = None) -> tuple[list[float], float]:
+    """Each node's figure (its final checkpoint on the test set) and the run's wall seconds.
+    ``stored``: for a model with BatchNorm, filled with each checkpoint's figure with the
+    statistics it holds (the node's own; the suite's figure recomputes them over all the data)."""
     settings = run_settings(t, shards, seed)
     args = [*(a for k, v in settings.items() for a in ("--set", f"training.{k}={v}")),
             *(a for k, v in task.items() for a in ("--set", f"task.{k}={str(v).lower() if isinstance(v, bool) else v}")),
@@ -74,6 +78,9 @@ def run_cluster(t: SuiteTask, task: dict[str, Any], shards: str, variant: str, s
             *(["--set", f"node.secret_file={secret}"] if secret else []), *VARIANTS[variant]]
 
     def evaluate(dirs: list[Path]) -> list[float | None]:
+        if stored is not None and t.ddp_anchor:
+            stored[:] = [m[t.metric] if m else None
+                         for m in checkpoint_metrics(dirs, {**settings, "bn_refresh": 0}, task)]
         return [m[t.metric] if m else None for m in checkpoint_metrics(dirs, settings, task)]
 
     res = train(f"{t.name}-{shards}-{variant}-{seed}", workdir, nodes, samples, args, port=port, stagger=2.0,
@@ -99,17 +106,24 @@ def measure(a: argparse.Namespace) -> list[dict[str, Any]]:
                 started = time.monotonic()
                 own = alone(run_settings(t, sh, seed), task, a.nodes, samples)[t.metric]
                 own_s = time.monotonic() - started
+                anchor: dict[str, Any] = {}
+                if t.ddp_anchor and not a.no_ddp:
+                    started = time.monotonic()
+                    anchor = {"ddp": ddp_reference(run_settings(t, sh, seed), task, a.nodes, samples)[t.metric],
+                              "ddp_s": time.monotonic() - started}
                 for v in a.variants:
+                    stored: list[float | None] = []
                     try:
                         got, wall = run_cluster(t, task, sh, v, seed, a.nodes, samples, Path(a.workdir), a.port,
-                                                a.secret)
+                                                a.secret, stored)
                     except RuntimeError as exc:  # a node that exited: the run counts as failed, the others go on
                         print(f"{name} {sh} {v} seed {seed}: {str(exc)[:300]}", file=sys.stderr)
                         got, wall = [], 0.0
                     rec = {"bench": "tasks", "task": name, "shards": sh, "variant": v, "seed": seed,
                            "metric": t.metric, "nodes_values": got, "reference": ref, "alone": own,
                            "nodes": a.nodes, "samples": samples, "secret": bool(a.secret), "cluster_s": wall,
-                           "reference_s": ref_s, "alone_s": own_s}
+                           "reference_s": ref_s, "alone_s": own_s, **anchor,
+                           **({"nodes_stored": stored} if stored else {})}
                     records.append(rec)
                     append_jsonl(a.jsonl, rec)
                     print(json.dumps(rec), flush=True)
@@ -169,6 +183,44 @@ def report(records: list[dict[str, Any]]) -> tuple[str, str]:
     return per_seed, goals
 
 
+def anchors(records: list[dict[str, Any]]) -> str:
+    """Tasks with BatchNorm: each seed beside both anchors (the one process at the global batch,
+    and DDP's arithmetic on the nodes' shards, whose ranks each normalise their own batch), and
+    the checkpoints as the nodes hold them (the BatchNorm statistics they ended with); one summary row a
+    task, shards and variant. Empty when no record has the second anchor."""
+    rows, summary = [], []
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in records:
+        if "ddp" in r and r["nodes_values"]:
+            groups.setdefault((r["task"], r["shards"], r["variant"]), []).append(r)
+    for (name, sh, v), recs in groups.items():
+        t = TASKS[name]
+        to_ref, to_ddp, ddp_ref = [], [], []
+        for r in sorted(recs, key=lambda r: r["seed"]):
+            worst = t.worst(r["nodes_values"])
+            held = [x for x in r.get("nodes_stored", []) if x is not None]
+            to_ref.append(t.gain(worst, r["reference"]))
+            to_ddp.append(t.gain(worst, r["ddp"]))
+            ddp_ref.append(t.gain(r["ddp"], r["reference"]))
+            rows.append([name, sh, v, r["seed"], fmt(t, worst), " / ".join(fmt(t, x) for x in held),
+                         fmt(t, r["reference"]), fmt(t, r["ddp"]), fmt(t, r["alone"]), fmt_gap(t, to_ref[-1]),
+                         fmt_gap(t, to_ddp[-1]), fmt_gap(t, ddp_ref[-1])])
+        n = len(to_ref)
+
+        def spread(xs: list[float]) -> str:
+            return f"{fmt_gap(t, statistics.mean(xs))} ({fmt_gap(t, min(xs))} to {fmt_gap(t, max(xs))})"
+        summary.append([name, sh, v, n, spread(to_ref), spread(to_ddp), spread(ddp_ref)])
+    if not rows:
+        return ""
+    per_seed = table(["task", "shards", "variant", "seed", "worst node (statistics over all the data)",
+                      "each node's checkpoint as it is (the statistics it holds)", "reference (one process, 3x batch)",
+                      "DDP on the same shards", "node alone", "gap to the reference", "gap to DDP",
+                      "DDP's gap to the reference"], rows, "lllrrrrrrrrr")
+    means = table(["task", "shards", "variant", "seeds", "mean gap to the reference (range)",
+                   "mean gap to DDP (range)", "DDP's mean gap to the reference (range)"], summary, "lllrrrr")
+    return per_seed + "\n\n" + means
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
@@ -181,6 +233,8 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=17400)
     ap.add_argument("--secret", default="", help="a cluster secret file every node reads (node.secret_file)")
     ap.add_argument("--workdir", default="/tmp/p2pnode-bench-tasks")
+    ap.add_argument("--no-ddp", action="store_true",
+                    help="skip the second anchor of tasks with BatchNorm (DDP's arithmetic on the same shards)")
     ap.add_argument("--report", nargs="+", metavar="JSONL", help="no runs: the tables of these files' records")
     add_output_args(ap, SECTION)
     a = ap.parse_args()
@@ -203,7 +257,7 @@ def main() -> None:
         "Variants: " + "; ".join(f"`{v}`: {' '.join(VARIANTS[v]) or AUTO}"
                                  for v in sorted({r['variant'] for r in records})) +
         ("; every node given a cluster secret (node.secret_file)" if any(r.get("secret") for r in records) else ""),
-        "", per_seed, "", goals, ""])
+        "", per_seed, "", goals, "", *([second, ""] if (second := anchors(records)) else [])])
     print(text)
     if a.write:
         write_section(text)

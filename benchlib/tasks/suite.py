@@ -44,6 +44,9 @@ class SuiteTask:
     adamw: bool  #: trained with AdamW: the half-way goal applies
     classifier: bool  #: has labels: run on even and Dirichlet 0.1 shards
     prepare: Callable[[Path], dict[str, Any]] = field(default=lambda cache: {})
+    #: has BatchNorm: also anchored to DDP's arithmetic on the nodes' own shards
+    #: (benchlib/tasks/ddpref.py), whose ranks, like the nodes, each normalise a batch of their own
+    ddp_anchor: bool = False
 
     def gain(self, value: float, anchor: float) -> float:
         """How much better ``value`` is than ``anchor`` in the metric's own units (> 0: better)."""
@@ -101,7 +104,7 @@ TASKS: dict[str, SuiteTask] = {t.name: t for t in [
               {"task": "imagefolder", "lr": 0.1, "batch_size": 16, "warmup_samples": 0},
               {"model": "shufflenet_v2_x0_5", "image_size": 32, "augment": False},
               samples=3000, metric="accuracy", higher_is_better=True, perfect=1.0, adamw=False, classifier=True,
-              prepare=fashion_folders),
+              prepare=fashion_folders, ddp_anchor=True),
     SuiteTask("cnn", "the built-in CNN on Fashion-MNIST (the defaults: SGD lr 0.2, batch 64)",
               {}, {}, samples=20000, metric="accuracy", higher_is_better=True, perfect=1.0, adamw=False,
               classifier=True),
