@@ -152,3 +152,50 @@ def test_a_bad_spooled_body_changes_no_replica(tmp_path: Path) -> None:
     with pytest.raises(OSError), peer_body(b"", str(tmp_path / "gone.body")):
         pass
     assert decode(good, SPEC, len(good)).header.version == 1
+
+
+def test_the_bootstrap_vote_reads_spooled_models_a_chunk_at_a_time(tmp_path: Path) -> None:
+    """Three voters' big snapshots, spooled and mapped: the vote's distances read them through
+    the page cache, the mappings' resident pages let go chunk by chunk (smaps), and the vote
+    picks the two that agree."""
+    from p2pnode.exchange.bootstrap import CHUNK, MappedValues, Offer, flat_snapshot, judge
+    from p2pnode.membership.base import Member
+
+    rng = np.random.default_rng(7)
+    base = {t.name: rng.standard_normal(t.numel).astype(np.float32) for t in BIG.tensors}
+    offers, maps = [], []
+    for i, scale in enumerate([1.0, 1.001, -1.0]):  # the third is sign-flipped: far from both
+        body = encode(Snapshot(BIG.header("snapshot", f"p{i}", "e1", 1), {k: v * scale for k, v in base.items()}))
+        path = tmp_path / f"{i}.body"
+        path.write_bytes(body)
+        mapped = MappedBody(str(path))
+        maps.append(mapped)
+        values = MappedValues(flat_snapshot(mapped.view, len(body), mapped.release), mapped.release)
+        offers.append(Offer(Member(f"p{i}", f"127.0.0.1:{9000 + i}"), b"", values, mapped=mapped))
+    seen: list[int] = []
+
+    def resident() -> int:
+        total = 0
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+        for i, line in enumerate(lines):
+            if str(tmp_path) in line and line.rstrip().endswith(".body"):
+                total += next(1024 * int(f.split()[1]) for f in lines[i + 1:i + 30] if f.startswith("Rss:"))
+        return total
+
+    for mapped in maps:  # sample the resident pages as the chunks are let go
+        release = mapped.release
+
+        def sampled(a: np.ndarray, release=release) -> None:  # type: ignore[no-untyped-def]
+            release(a)
+            seen.append(resident())
+        mapped.release = sampled  # type: ignore[method-assign]
+        for o in offers:
+            if o.mapped is mapped:
+                assert isinstance(o.values, MappedValues)
+                o.values.release = sampled
+    verdict = judge(offers, 1.0)
+    assert verdict.chosen is not None and verdict.chosen.peer.node_id in ("p0", "p1")
+    assert verdict.dissent == ["p2"]
+    assert seen and max(seen) <= 3 * (4 * CHUNK + 2 * 2**20), max(seen)  # about a chunk of each body
+    for o in offers:
+        o.close()

@@ -109,11 +109,24 @@ Values = np.ndarray | list[np.ndarray]
 CHUNK = 1 << 20
 
 
+class MappedValues(list[np.ndarray]):
+    """A snapshot's values that are views of a spooled body's mapping, with what lets a chunk's
+    pages go once compared (wire/mapped.py): the vote reads up to ``VOTERS`` big models, and
+    holds about a chunk of each resident, not each whole."""
+
+    def __init__(self, arrays: list[np.ndarray], release: Release) -> None:
+        super().__init__(arrays)
+        self.release = release
+
+
 def _chunks(v: Values) -> Iterator[np.ndarray]:
+    release = v.release if isinstance(v, MappedValues) else None
     for a in [v] if isinstance(v, np.ndarray) else v:
         flat = a.reshape(-1)
         for at in range(0, flat.size, CHUNK):
             yield flat[at:at + CHUNK].astype(np.float64)
+            if release is not None:
+                release(flat[at:at + CHUNK])
 
 
 def _sq(v: Values) -> float:
@@ -189,8 +202,8 @@ async def collect(client: PeerClient, peers: list[Member], transfer: Transfer, m
         try:
             if resp.spooled is not None:
                 offer.mapped = await asyncio.to_thread(MappedBody, str(resp.spooled.path))
-                offer.values = await asyncio.to_thread(flat_snapshot, offer.mapped.view, max_bytes,
-                                                       offer.mapped.release)
+                values = await asyncio.to_thread(flat_snapshot, offer.mapped.view, max_bytes, offer.mapped.release)
+                offer.values = MappedValues(values, offer.mapped.release)
             else:
                 offer.values = await asyncio.to_thread(flat_snapshot, resp.body, max_bytes)
         except (PayloadError, OSError) as exc:
