@@ -17,9 +17,10 @@ import torch
 
 from p2pnode.compression.pipeline import GradientPipeline
 from p2pnode.config import Config, parse_shard
-from p2pnode.config.mode_rule import ADAPTIVE_MEASURED, choose, remedy
+from p2pnode.config.mode_rule import ADAPTIVE_MEASURED, choose, label_skew, remedy
 from p2pnode.tasks import loader, runtime
-from p2pnode.worker.batchnorm import batchnorm_layers, refresh_batchnorm
+from p2pnode.partition import UNLIKE, histogram
+from p2pnode.worker.batchnorm import batchnorm_layers, refresh_batchnorm, skew_warning
 from p2pnode.worker.public import KEEP_LOCAL
 from p2pnode.worker.qgm import QuasiGlobalSGD
 
@@ -94,6 +95,7 @@ class ShardTrainer:
                           else build_optimizer(t.optimizer, self.model, t.lr, t.momentum, t.weight_decay))
         self.gradients = GradientPipeline(cfg.compression.gradient, cfg.compression.gradient_memory)
         advise_adaptive(self.optimizer, cfg)
+        self.advise_batchnorm()
         self.step = 0
         self.samples = 0
         self.last_batch = t.batch_size  #: items in the last step's batch
@@ -242,6 +244,18 @@ class ShardTrainer:
         batches, n = loader.eval_batches(self.task, self.test_split, limit, self.device)
         self.metrics = {k: float(v) for k, v in self.task.evaluate(self.model, batches).items()}
         return self.metrics.get("accuracy", float("nan")), self.metrics.get("loss", float("nan")), n
+
+    def advise_batchnorm(self) -> str | None:
+        """Say once in the log when the model has BatchNorm layers and this shard's labels are
+        skewed (batchnorm.py ``skew_warning``); returns the line, or None."""
+        labels = self.train_split.labels
+        classes = int(getattr(self.task, "num_classes", 0))
+        if not len(labels) or not classes:
+            return None
+        line = skew_warning(len(batchnorm_layers(self.model)), label_skew(histogram(labels.numpy(), classes)), UNLIKE)
+        if line:
+            log.warning(line)
+        return line
 
     def refresh_norms(self) -> int:
         """BatchNorm running statistics recomputed over ``training.bn_refresh`` batches of the
