@@ -35,6 +35,7 @@ from p2pnode.worker.process import PeerLoop, run_spawned
 from p2pnode.worker.public import floating_state
 from p2pnode.worker.robust import applied_clip, clip_payload, make_clipper, outlier_refusal
 from p2pnode.worker.trainer_loop import TrainerLoop
+from p2pnode.sync.values import resolve as resolve_values
 from p2pnode.worker.training import ADAPTIVE, RECOVERY_STEPS
 
 log = logging.getLogger("p2pnode.worker")
@@ -71,7 +72,7 @@ class Worker(TrainerLoop, PeerLoop):
         #: the synchronous mode (exchange.sync, resolved: config/mode_rule.py): the gradients'
         #: all-reduce (p2pnode/sync/)
         self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed,
-                               cfg.exchange.sync_values)
+                               resolve_values(cfg.exchange.sync_values, isinstance(self.trainer.optimizer, ADAPTIVE)))
                      if sync_of(cfg) == "powersgd" else None)
         self.all_reduce = (AllReduce(self.trainer, self.sync, self.sync_phase, cfg.exchange.sync_keep_pace)
                            if self.sync is not None else None)
@@ -224,8 +225,8 @@ class Worker(TrainerLoop, PeerLoop):
         BatchNorm statistics are first recomputed over our shard and sent as (mean, E[x^2]), so
         their mean is the statistics of every node's data together, not of our shard alone: on
         Dirichlet 0.1 shards our own classes' statistics left a ShuffleNet 6-28 pt under the
-        same weights with statistics of all the data (docs/ALGORITHMS.md, "BatchNorm
-        statistics at the synchronous mode's finish"); the evaluations after it keep them
+        same weights with statistics of all the data (docs/ALGORITHMS.md, "BatchNorm on
+        label-skewed shards"); the evaluations after it keep them
         (``ShardTrainer.norms_pooled``)."""
         model = self.trainer.model
         pooled = self.trainer.refresh_norms() > 0
