@@ -26,11 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchlib.results import table  # noqa: E402
 from benchlib.sizetask import SideBySide, shape_for  # noqa: E402
 from p2pnode.compression.registry import build_sparsifier  # noqa: E402
+from p2pnode.wire.codec import decode  # noqa: E402
 from p2pnode.wire.payload import ModelSpec  # noqa: E402
 from p2pnode.worker.public import DeltaPublisher, floating_state  # noqa: E402
 
@@ -82,9 +84,12 @@ def main() -> int:
                 dt = time.perf_counter() - t0
                 if r == 0:
                     continue  # warm-up: scratch buffers, first residual
-                sel, sent, total = pub.counts
+                # sent: nonzero entries in the payload (long gaps travel as zero fillers); selected: before rounding dropped any (a build
+                # without ``counts``, an older one run for its own "before", shows the sent share)
+                sent = sum(int(np.count_nonzero(v)) for _, v in decode(body, spec).entries.values())
+                sel = getattr(pub, "counts", (sent,))[0]
                 times[name].append(dt)
-                shares[name].append((sel / total / args.density, sent / total / args.density))
+                shares[name].append((sel / params / args.density, sent / params / args.density))
                 nbytes[name].append(len(body))
             print(f"# {text}: round {r} done", flush=True)
         anchor = statistics.median(times["exact top-k (before)"])
