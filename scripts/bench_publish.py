@@ -33,7 +33,7 @@ from benchlib.results import table  # noqa: E402
 from benchlib.sizetask import SideBySide, shape_for  # noqa: E402
 from p2pnode.compression.registry import build_sparsifier  # noqa: E402
 from p2pnode.wire.codec import decode  # noqa: E402
-from p2pnode.wire.payload import ModelSpec  # noqa: E402
+from p2pnode.wire.payload import Delta, ModelSpec  # noqa: E402
 from p2pnode.worker.public import DeltaPublisher, floating_state  # noqa: E402
 
 
@@ -49,16 +49,33 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4, help="training steps between two publishes")
     ap.add_argument("--density", type=float, default=0.1)
     ap.add_argument("--dtype", default="int8", choices=["int8", "float16", "float32"])
+    ap.add_argument("--task", choices=["sizetask", "gpt2"], default="sizetask",
+                    help="gpt2: the GPT-2-small-shaped example (124M, --sizes ignored), AdamW, 64 random tokens a step")
     args = ap.parse_args()
     torch.set_num_threads(1)
     rows = []
-    for text in args.sizes:
-        width, layers = shape_for(size(text))
+    for text in (["GPT-2"] if args.task == "gpt2" else args.sizes):
         torch.manual_seed(0)
-        model = SideBySide(width, layers)
-        params = sum(p.numel() for p in model.parameters())
-        opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
-        target = torch.randn(width, width) / width ** 0.5
+        if args.task == "gpt2":
+            from p2pnode_gpt2 import GPT
+            model: torch.nn.Module = GPT(50257, 1024, 768, 12, 12)
+            opt: torch.optim.Optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+            shape = "GPT-2 small shape"
+
+            def loss() -> torch.Tensor:
+                x = torch.randint(0, 50257, (1, 65))
+                return torch.nn.functional.cross_entropy(model(x[:, :-1]).reshape(-1, 50257), x[:, 1:].reshape(-1))
+        else:
+            width, layers = shape_for(size(text))
+            model = SideBySide(width, layers)
+            opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+            target = torch.randn(width, width) / width ** 0.5
+            shape = f"{layers} x {width}²"
+
+            def loss() -> torch.Tensor:
+                x = torch.randn(1, width)
+                return torch.nn.functional.mse_loss(model(x), x @ target.T)
+        params = sum(t.numel() for t in floating_state(model).values())
         spec = ModelSpec.from_state_dict(floating_state(model), "fp-bench-publish")
         sparsifier = f"topk:density={args.density}"
         exact = DeltaPublisher(model, spec, build_sparsifier(sparsifier), "exact", "e", 0, args.dtype)
@@ -71,9 +88,8 @@ def main() -> int:
         step = 0
         for r in range(args.rounds + 1):
             for _ in range(args.steps):
-                x = torch.randn(1, width)
                 opt.zero_grad()
-                torch.nn.functional.mse_loss(model(x), x @ target.T).backward()
+                loss().backward()
                 opt.step()
                 step += 1
             order = list(pubs) if r % 2 == 0 else list(reversed(pubs))
@@ -86,7 +102,9 @@ def main() -> int:
                     continue  # warm-up: scratch buffers, first residual
                 # sent: nonzero entries in the payload (long gaps travel as zero fillers); selected: before rounding dropped any (a build
                 # without ``counts``, an older one run for its own "before", shows the sent share)
-                sent = sum(int(np.count_nonzero(v)) for _, v in decode(body, spec).entries.values())
+                delta = decode(body, spec)
+                assert isinstance(delta, Delta)
+                sent = sum(int(np.count_nonzero(v)) for _, v in delta.entries.values())
                 sel = getattr(pub, "counts", (sent,))[0]
                 times[name].append(dt)
                 shares[name].append((sel / params / args.density, sent / params / args.density))
@@ -95,14 +113,14 @@ def main() -> int:
         anchor = statistics.median(times["exact top-k (before)"])
         for name in pubs:
             med = statistics.median(times[name])
-            sel = [s for s, _ in shares[name]]
-            sent = [s for _, s in shares[name]]
-            rows.append([f"{text} ({layers} x {width}², {params / 1e6:.1f}M)", name,
+            chosen = [c for c, _ in shares[name]]
+            carried = [c for _, c in shares[name]]
+            rows.append([f"{text} ({shape}, {params / 1e6:.1f}M)", name,
                          f"{med:.2f} s ({min(times[name]):.2f}-{max(times[name]):.2f})",
                          f"{anchor / med:.1f}x",
-                         f"{min(sel):.3f}-{max(sel):.3f}", f"{min(sent):.3f}-{max(sent):.3f}",
+                         f"{min(chosen):.3f}-{max(chosen):.3f}", f"{min(carried):.3f}-{max(carried):.3f}",
                          f"{statistics.median(nbytes[name]) / 1e6:.1f} MB"])
-        del exact, sized, pubs, model, opt
+        del exact, sized, pubs, opt  # (the model goes when the next is built)
     print(table(["model", "selection", f"publish, median of {args.rounds} (min-max)", "speed-up",
                  "selected / (density x n)", "sent / (density x n)", "payload"], rows, "llrrrrr"))
     return 0
