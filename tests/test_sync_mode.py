@@ -359,3 +359,25 @@ def test_the_default_picks_the_synchronous_mode_with_a_secret_and_gossip_without
     shown = subprocess.run([sys.executable, "-m", "p2pnode", "status", open_node.addr], capture_output=True,
                            text=True, timeout=60, check=True).stdout
     assert "mode      gossip  (exchange.sync = auto: no cluster secret" in shown, shown
+
+
+@pytest.mark.timeout(240)
+def test_an_adaptive_optimizer_takes_int8_values_by_default(cluster) -> None:
+    """exchange.sync_values = "auto" (the default): a task that brings AdamW sends int8 (int4
+    cost it most of its gap to the all-reduce: docs/ALGORITHMS.md), worker and reducer alike, so
+    every round is averaged; the stub workers above (no adaptive optimizer) take int4."""
+    run = [*SYNC, "--set", "exchange.sync_timeout=5", "--set", "training.min_peers=1",
+           "--set", "training.task=benchlib.tasks.regression:task", "--set", "task.items=1024",
+           "--set", "training.lr=0.003", "--set", "training.max_samples=640", "--set", "training.eval_every=0",
+           "--set", "exchange.sync_wait_for_slow=always"]
+    a = cluster("a", extra=[*run, "--shard", "0/2"])
+    a.wait_ready(90)
+    b = cluster("b", seeds=[a.addr], extra=[*run, "--shard", "1/2"])
+    b.wait_ready(90)
+    nodes = [a, b]
+    wait_for(lambda: all(finished(n.status()) for n in nodes), 150, "both nodes done")
+    steps = a.status()["training"]["step"]
+    for n in nodes:
+        sync = n.status()["sync"]
+        assert sync["values"] == "int8", sync
+        assert sync["included"] >= steps - 2 and sync["failures"] == 0 and sync["refused"] == 0, sync

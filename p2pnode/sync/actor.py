@@ -38,6 +38,7 @@ from p2pnode.sync.messages import FINAL, SyncContribute, SyncResult
 from p2pnode.sync.outcome import Outcome, SyncRefused
 from p2pnode.sync.reducer import MAX_REPLAY, Reducer
 from p2pnode.sync.standdown import REST_ROUNDS
+from p2pnode.sync.values import resolve
 
 log = logging.getLogger("p2pnode.sync")
 
@@ -72,7 +73,7 @@ class SyncActor:
     def __init__(self, cfg: Config, pipe: WorkerPipe, client: PeerClient, node_id: str,
                  peers: Callable[[], list[Member]], body_limit: Callable[[], int],
                  member_check: Callable[[web.Request], web.StreamResponse | None],
-                 classes: Callable[[], list[int]] = list) -> None:
+                 classes: Callable[[], list[int]] = list, adaptive: Callable[[], bool] = bool) -> None:
         self.cfg = cfg
         self.pipe = pipe
         self.client = client
@@ -85,13 +86,15 @@ class SyncActor:
         #: our node's label histogram (empty: not known), said with each phase 0: the reducer
         #: waits for a slow node whose data is unlike the others' (sync/lateness.py)
         self.classes = classes
+        #: whether our worker's optimizer is adaptive (its hello): exchange.sync_values = "auto" picks by it
+        self.adaptive = adaptive
         #: the last histogram said, and its query-string form (made once a worker life, not a step)
         self._said: tuple[list[int], str] = ([], "")
         #: set once the node has joined: until then a contribution is held (``post``)
         self.joined = asyncio.Event()
         self.reducer = Reducer(cfg.exchange.sync_timeout, self._running, final_wait=cfg.exchange.timeout, me=node_id,
                                wait_for_slow=cfg.exchange.sync_wait_for_slow,
-                               stood_down=self._stood_down, values=cfg.exchange.sync_values,
+                               stood_down=self._stood_down, values=self._values(),
                                outlier=cfg.exchange.sync_outlier)
         self._tasks: set[asyncio.Task[None]] = set()
         self.totals = {"rounds": 0, "included": 0, "missed": 0, "failures": 0, "refused": 0,
@@ -125,6 +128,11 @@ class SyncActor:
             said = self._classes()
             self._said = (classes, f"&classes={','.join(map(str, said))}" if said else "")
         return self._said[1]
+
+    def _values(self) -> str:
+        """The values on the wire (exchange.sync_values, "auto" resolved by our worker's optimizer,
+        as every node's worker resolves it: sync/values.py ``resolve``)."""
+        return resolve(self.cfg.exchange.sync_values, self.adaptive())
 
     def _stood_down(self) -> set[str]:
         """The reducers passed over at our current round (they stood down: their node is slow)."""
@@ -291,6 +299,7 @@ class SyncActor:
         if rid == self.node_id:
             try:
                 async with asyncio.timeout(wait):
+                    self.reducer.values = self._values()
                     out = await self.reducer.contribute(self.node_id, msg.phase, msg.round, msg.data, msg.took,
                                                         self._classes() if msg.phase == 0 else None)
             except (TimeoutError, SyncRefused) as exc:
@@ -369,6 +378,7 @@ class SyncActor:
             return error(400, "replay=1 is for phase 0 (the rounds missed since a Q factors' round)")
         try:
             async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
+                self.reducer.values = self._values()  # "auto": known from our worker's hello
                 out = (self.reducer.replay_for(rnd) if replay_only
                        else await self.reducer.contribute(peer, phase, rnd, body, took, classes))
         except SyncRefused as exc:
@@ -391,7 +401,7 @@ class SyncActor:
         late, running = self.reducer.late, self._running()
         slow, left_out = late.slow(running), late.left_out(running)
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank,
-                "values": self.cfg.exchange.sync_values, "reducer": self.current[0],
+                "values": self._values(), "reducer": self.current[0],
                 # this node's reducer stood down until this round (0: it did not); reducers we pass over
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,

@@ -35,7 +35,8 @@ class SyncMode(Mode):
         super().__init__(parts)
         sup, api = parts.supervisor, parts.api
         self.actor = SyncActor(parts.cfg, sup.pipe, parts.client, parts.node_id, parts.membership.alive_peers,
-                               api.post_limit, api.pushes.precheck, classes=lambda: sup.state.classes)
+                               api.post_limit, api.pushes.precheck, classes=lambda: sup.state.classes,
+                               adaptive=lambda: sup.state.adaptive)
         # no gossip runs beside the all-reduce, so no start from a peer's model either: every
         # node starts from the seeded model (training.seed) and takes the same steps
         parts.exchange.boot.settle("off")
