@@ -54,9 +54,9 @@ class MappedBody:
         self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def close(self) -> None:
-        self.view.release()
-        if self._mm is not None:
-            with contextlib.suppress(BufferError):  # views still alive: unmapped when they go
+        with contextlib.suppress(BufferError):  # views still alive: unmapped when they go
+            self.view.release()
+            if self._mm is not None:
                 self._mm.close()
 
     def __enter__(self) -> MappedBody:
