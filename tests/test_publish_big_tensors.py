@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from p2pnode.compression.dgc import DGCSampled
+from p2pnode.compression.ldte import LDTEBS
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.compression.sized import ESTIMATE_TOL, EXACT_BELOW, SizedTopK, publish_selector
 from p2pnode.wire.codec import decode
@@ -62,17 +63,21 @@ def test_small_tensor_exact_and_few_moved_all_sent() -> None:
     assert sel.select(ties).numel() == round(0.1 * N)
 
 
-def test_last_threshold_goes_first() -> None:
-    """A tensor's threshold found last time (over its mean magnitude) is the first probe:
-    the same shape at another scale takes one counting pass, and the same indices."""
-    sel = SizedTopK(0.1)
-    flat = data("heavy", N, 4)
-    first = sel.select(flat, "w")
-    again = sel.select(flat * 3.0, "w")
-    assert sel.estimated.stats["probes"] == 1 and torch.equal(first, again)
-    other = SizedTopK(0.1)
-    other.select(flat * 3.0)  # no key: the Laplace key point first, several passes on this
-    assert other.estimated.stats["probes"] > 1
+def test_first_probe_from_a_sample() -> None:
+    """The search starts from a sampled quantile: one counting pass on a residual whose top was
+    cut off (what a publish leaves) and on an Adam-like update, where the Laplace key point
+    needs several."""
+    flat = data("laplace", N, 4)
+    cut = torch.where(flat.abs() > 2.0, flat * 0.05, flat)  # the top sent last time, its rounding left
+    adam = torch.sign(flat) * (1 + 0.01 * data("gaussian", N, 5))  # lr * m / sqrt(v): about +-lr
+    for x in (cut, adam):
+        sel = SizedTopK(0.1)
+        idx = sel.select(x)
+        assert sel.estimated.stats["probes"] == 1
+        assert abs(idx.numel() - 0.1 * N) <= ESTIMATE_TOL * 0.1 * N
+        laplace = LDTEBS(0.1)
+        laplace.select_k(x, round(0.1 * N))  # no start: the Laplace key point first
+        assert laplace.stats["probes"] > 1
 
 
 def test_only_exact_topk_is_replaced() -> None:

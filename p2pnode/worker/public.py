@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from p2pnode.compression.base import Sparsifier
-from p2pnode.compression.sized import SizedTopK, publish_selector
+from p2pnode.compression.sized import publish_selector
 from p2pnode.wire.codec import encode
 from p2pnode.wire.genesis import digest
 from p2pnode.wire.public_file import NAME as PUBLIC_FILE
@@ -153,16 +153,11 @@ class DeltaPublisher:
                 entries[name] = (self._every(diff.numel()), diff.numpy())
                 selected += diff.numel()
                 continue
-            if full:
-                idx = torch.arange(diff.numel())
-            elif isinstance(self.selector, SizedTopK):
-                idx = self.selector.select(diff, name)  # its threshold last time goes first
-            else:
-                idx = self.selector.select(diff)
+            idx = torch.arange(diff.numel()) if full else self.selector.select(diff)
             selected += idx.numel()
             if idx.numel() > 1 and not bool((idx[1:] > idx[:-1]).all()):  # a threshold's come sorted
                 idx = torch.sort(idx).values
-            picked = diff[idx]
+            picked = diff.index_select(0, idx)
             moved = picked != 0
             if not bool(moved.all()):  # a top-k of a model that has not moved would send k zeros
                 idx, picked = idx[moved], picked[moved]
