@@ -73,7 +73,8 @@ class SyncActor:
     def __init__(self, cfg: Config, pipe: WorkerPipe, client: PeerClient, node_id: str,
                  peers: Callable[[], list[Member]], body_limit: Callable[[], int],
                  member_check: Callable[[web.Request], web.StreamResponse | None],
-                 classes: Callable[[], list[int]] = list, adaptive: Callable[[], bool] = bool) -> None:
+                 classes: Callable[[], list[int]] = list,
+                 adaptive: Callable[[], bool | None] = lambda: False) -> None:
         self.cfg = cfg
         self.pipe = pipe
         self.client = client
@@ -86,7 +87,8 @@ class SyncActor:
         #: our node's label histogram (empty: not known), said with each phase 0: the reducer
         #: waits for a slow node whose data is unlike the others' (sync/lateness.py)
         self.classes = classes
-        #: whether our worker's optimizer is adaptive (its hello): exchange.sync_values = "auto" picks by it
+        #: whether our worker's optimizer is adaptive (its hello; None before it): exchange.sync_values
+        #: = "auto" picks by it
         self.adaptive = adaptive
         #: the last histogram said, and its query-string form (made once a worker life, not a step)
         self._said: tuple[list[int], str] = ([], "")
@@ -132,7 +134,7 @@ class SyncActor:
     def _values(self) -> str:
         """The values on the wire (exchange.sync_values, "auto" resolved by our worker's optimizer,
         as every node's worker resolves it: sync/values.py ``resolve``)."""
-        return resolve(self.cfg.exchange.sync_values, self.adaptive())
+        return resolve(self.cfg.exchange.sync_values, bool(self.adaptive()))
 
     def _stood_down(self) -> set[str]:
         """The reducers passed over at our current round (they stood down: their node is slow)."""
@@ -369,6 +371,16 @@ class SyncActor:
             refusal = self.member_check(request)
             if refusal is not None:
                 return refusal
+        if self.cfg.exchange.sync_values == "auto" and self.adaptive() is None:
+            # the values follow our worker's optimizer, known from its hello: a reducer whose
+            # worker is still starting would refuse the others' int8 as malformed int4
+            try:
+                async with asyncio.timeout(self.cfg.exchange.sync_timeout):
+                    while self.adaptive() is None:
+                        await asyncio.sleep(0.05)
+            except TimeoutError:
+                return error(503, "this node's worker has not started yet (exchange.sync_values = auto follows "
+                                  "its optimizer)")
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -36,7 +36,7 @@ class SyncMode(Mode):
         sup, api = parts.supervisor, parts.api
         self.actor = SyncActor(parts.cfg, sup.pipe, parts.client, parts.node_id, parts.membership.alive_peers,
                                api.post_limit, api.pushes.precheck, classes=lambda: sup.state.classes,
-                               adaptive=lambda: sup.state.adaptive)
+                               adaptive=lambda: sup.state.adaptive if sup.state.epoch else None)
         # no gossip runs beside the all-reduce, so no start from a peer's model either: every
         # node starts from the seeded model (training.seed) and takes the same steps
         parts.exchange.boot.settle("off")
