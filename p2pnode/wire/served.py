@@ -42,7 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
-from p2pnode.wire.codec import MAX_CHAIN, decode, encode, encode_body, encode_parts, join_body
+from p2pnode.wire.codec import MAX_CHAIN, decode, encode, encode_body, encode_parts
 from p2pnode.wire.payload import Delta, ModelSpec, PayloadError, Snapshot
 from p2pnode.wire.genesis import digest
 from p2pnode.wire.msgview import Body
@@ -69,7 +69,7 @@ class SnapshotBody:
     values of a copy of x̂ made when it was cached, never joined into one more copy. Its
     SHA-256 (for a signed answer) is computed once, when first asked for, in a thread."""
 
-    def __init__(self, parts: list[bytes | memoryview] | ReleasingParts, sha256: str = "") -> None:
+    def __init__(self, parts: list[bytes | memoryview] | list[Body] | ReleasingParts, sha256: str = "") -> None:
         self.parts = parts
         self.nbytes = sum(memoryview(p).nbytes for p in parts)
         self._sha256 = sha256  # known already when the parts were written to a file
@@ -98,7 +98,9 @@ class ServeResult:
     """What the HTTP layer sends: ``status`` 200 (body = payload), 304 (nothing new, empty
     body) or 503 (nothing published yet: no snapshot); ``kind`` is "snapshot", "delta",
     "not_modified" or "unavailable"; ``version`` the publisher's current version. A snapshot's
-    bytes are in ``snapshot`` (streamed from its parts); ``body`` joins them (tests, small models)."""
+    bytes are in ``snapshot`` (streamed from its parts), and so are a chain's (its logged deltas
+    as they are, never joined into one more copy for a big answer); ``body`` joins them (tests,
+    small answers)."""
 
     status: int
     data: Body
@@ -369,13 +371,13 @@ class ServedModel:
                     # no merge across a delta kept without its indices: the deltas as published,
                     # if they weigh less than a snapshot, else a snapshot (below)
                     if chain and len(parts) <= MAX_CHAIN and sum(len(e.data) for e in parts) < 4 * self.spec.numel:
-                        return ServeResult(200, join_body([e.data for e in parts]), "chain", v)
+                        return ServeResult(200, b"", "chain", v, SnapshotBody([e.data for e in parts]))
                 elif oldest_base <= since < v and merge:
                     merged = self._merged_since(since)
                     if chain and v - since <= MAX_CHAIN:
                         parts = list(islice(self._log, since - oldest_base, None))  # versions > since
                         if sum(len(e.data) for e in parts) < len(merged):
-                            return ServeResult(200, join_body([e.data for e in parts]), "chain", v)
+                            return ServeResult(200, b"", "chain", v, SnapshotBody([e.data for e in parts]))
                     return ServeResult(200, merged, "delta", v)
             if self._snapshot is None or (self._snapshot[0] < v and not self._reusable(self._snapshot[0])):
                 self._snapshot = None  # the old copy goes before the new one is made

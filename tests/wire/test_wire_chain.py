@@ -59,6 +59,8 @@ def test_chain_served_smaller_and_replica_bit_equal(value_dtype: str) -> None:
     assert merged.kind == "delta" and chained.kind == "chain" and chained.version == 5
     assert len(chained.body) < len(merged.body)
     assert chained.body == b"".join(sent[2:])  # the deltas exactly as published
+    # streamed from the logged deltas themselves: no joined copy of a big chain in the daemon
+    assert chained.snapshot is not None and [bytes(p) for p in chained.snapshot.parts] == sent[2:]
     cache = follower_at(2, sent)
     replica = cache.apply(NODE, chained.body, SPEC)
     assert replica.version == 5
