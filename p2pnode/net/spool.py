@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import os
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 #: bodies of this many bytes or more are spooled to a file when the fetch gives a folder: the
@@ -33,9 +34,22 @@ BATCH = 4 << 20
 _SERIAL = itertools.count()
 
 
-def _remove(path: str) -> None:
+#: removing a big file frees its pages and blocks: 95 ms for a 500 MB one just written, measured
+#: on this machine. Bodies are removed from the event loop's side, so one thread does it.
+_UNLINKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2pnode-spool-unlink")
+
+
+def _unlink_now(path: str) -> None:
     with contextlib.suppress(OSError):
         os.unlink(path)
+
+
+def _remove(path: str) -> None:
+    """Remove ``path`` in the unlinking thread (at once, where that thread is gone: at exit)."""
+    try:
+        _UNLINKER.submit(_unlink_now, path)
+    except RuntimeError:
+        _unlink_now(path)
 
 
 class SpooledBody:
@@ -52,6 +66,7 @@ class SpooledBody:
         return self.nbytes
 
     def close(self) -> None:
+        """Remove the file (in a thread: the caller may be the event loop)."""
         self._closer()
 
     def read_all(self) -> bytes:
@@ -75,7 +90,7 @@ class Spool:
     def _prepare(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         for old in itertools.chain(self.folder.glob("*.part"), self.folder.glob("*.body")):
-            old.unlink(missing_ok=True)
+            _remove(str(old))
         self._ready = True
 
     def wants(self, declared: int | None) -> bool:
