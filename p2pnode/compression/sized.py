@@ -1,6 +1,6 @@
 """Top-k for the publish path: exact on small tensors, an estimated threshold on big ones.
 
-An exact ``torch.topk`` of 10 % costs 0.4-0.5 s per 4M-value tensor on one thread (14-26 s for
+An exact ``torch.topk`` of 10 % costs 0.2-0.5 s per 4M-value tensor on one thread (7-26 s for
 a 124M-parameter model on a loaded 2-core machine), so a big model published rarely and its
 exchanges stalled. Above ``exact_below`` values a tensor is therefore selected by LDTE-BS's
 threshold search (seed 001), started from a sampled quantile (as DGC does) rather than the
