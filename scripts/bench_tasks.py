@@ -55,6 +55,8 @@ VARIANTS: dict[str, list[str]] = {
                    "exchange.sync_values=int8"],
     # the same rank in int8 (twice int4's bytes): whether int4's rounding is what AdamW feels
     "sync-i8": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_values=int8"],
+    # int4 pinned: the synchronous mode's values before "auto" gave an adaptive optimizer int8
+    "sync-i4": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_values=int4"],
     "every1": ["--set", "exchange.every=1", "--set", "compression.publish_every=1"],
     "gossip": ["--set", "exchange.sync=none"],
 }
