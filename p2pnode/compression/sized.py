@@ -71,11 +71,13 @@ class SizedTopK:
             idx = self.exact.select(flat)
             self.stats = {"exact": True, "k": k, "count": int(idx.numel())}
             return idx
-        moved = int(np.count_nonzero(flat.detach().numpy()))
-        if moved <= k:  # everything that moved fits: exact top-k would add only zeros to it
+        start = self.sampled_threshold(flat, k)
+        # the sample's quantile is 0 where most values did not move (rows of an embedding no
+        # batch touched): if all that moved fits in k, exact top-k would add only zeros to it
+        if start == 0.0 and int(np.count_nonzero(flat.detach().numpy())) <= k:
             idx = flatnonzero(flat != 0)
         else:
-            idx = self.estimated.select_k(flat, k, self.sampled_threshold(flat, k))
+            idx = self.estimated.select_k(flat, k, start)
         self.stats = {"exact": False, "k": k, "count": int(idx.numel())}
         return idx
 
