@@ -59,6 +59,7 @@ def test_small_tensor_exact_and_few_moved_all_sent() -> None:
     few = torch.zeros(N)
     few[::50] = torch.randn(few[::50].numel())  # 2 % moved, under k = 10 %
     assert torch.equal(sel.select(few), torch.nonzero(few).reshape(-1))
+    few = torch.zeros(N)
     few[::11] = 1.0 + torch.rand(few[::11].numel())  # 9.1 %: just under k, all of it sent
     assert torch.equal(torch.sort(sel.select(few)).values, torch.nonzero(few).reshape(-1))
     ties = torch.ones(N)  # one magnitude everywhere: the search cannot split it, exact k
