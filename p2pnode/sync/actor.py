@@ -292,10 +292,25 @@ class SyncActor:
         back = self.passed_over.get(rid)
         return self.making < self.passed_over.get(prev, 0) or (back is not None and 0 <= self.making - back < MAX_REPLAY)
 
+    def _wait(self, phase: int, nbytes: int, addr: str = "") -> float:
+        """Seconds a contribution of ``nbytes`` may take to be answered, through the reducer at
+        ``addr`` ("": ours). A step's factors: exchange.sync_timeout + exchange.timeout. A model
+        after training also waits for the others' models and their mean (Reducer.final_seconds),
+        and crosses the link both ways at the rate measured from that peer: a fixed 4 s cut the
+        GPT-2 example's 441 MB models off. At most exchange.max_transfer more."""
+        x = self.cfg.exchange
+        base = x.sync_timeout + x.timeout
+        if phase != FINAL:
+            return base
+        extra = self.reducer.final_seconds(nbytes, len(self.peers()) + 1)
+        if addr:
+            extra += 2 * self.fetcher.transfer(addr).deadline(nbytes)
+        return base + min(extra, max(x.timeout, x.max_transfer))
+
     async def _through(self, rid: str, addr: str, msg: SyncContribute, replay_only: bool = False) -> Outcome | None:
         """One contribution through reducer ``rid`` (ours when it is us); None: not reached.
         ``replay_only``: ask only for the rounds we missed (``Reducer.replay_for``)."""
-        wait = self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout
+        wait = self._wait(msg.phase, len(msg.data), "" if rid == self.node_id else addr)
         if rid == self.node_id and replay_only:
             return self.reducer.replay_for(msg.round)
         if rid == self.node_id:
@@ -314,7 +329,9 @@ class SyncActor:
                 + (self._classes_query() if msg.phase == 0 and not replay_only else "")
                 + ("&replay=1" if replay_only else ""))
         try:
-            resp = await self.client.request("POST", addr, path, b"" if replay_only else msg.data, wait, MSGPACK)
+            # the models' mean after training is as large as our model, whatever the client's default
+            resp = await self.client.request("POST", addr, path, b"" if replay_only else msg.data, wait, MSGPACK,
+                                             max_body=self.body_limit() + (1 << 20) if msg.phase == FINAL else None)
         except PeerError as exc:  # not reached at all (refused, reset, no answer in time)
             self.totals["failures"] += 1
             self.unreachable[rid] = time.monotonic() + UNREACHABLE_FOR
@@ -389,7 +406,7 @@ class SyncActor:
         if replay_only and phase != 0:
             return error(400, "replay=1 is for phase 0 (the rounds missed since a Q factors' round)")
         try:
-            async with asyncio.timeout(self.cfg.exchange.sync_timeout + self.cfg.exchange.timeout):
+            async with asyncio.timeout(self._wait(phase, len(body))):
                 self.reducer.values = self._values()  # "auto": known from our worker's hello
                 out = (self.reducer.replay_for(rnd) if replay_only
                        else await self.reducer.contribute(peer, phase, rnd, body, took, classes))

@@ -49,6 +49,12 @@ KEEP = 64
 MAX_REPLAY = 16
 #: contributors one phase takes at most (the rest are refused)
 MAX_MEMBERS = 1024
+#: bytes a second a whole model is taken to travel at after training (100 Mbit/s): how much
+#: longer the models' mean waits for the rest once the first is in (a 441 MB model: 35 s)
+FINAL_RATE = 12.5e6
+#: bytes a second of all the models together the mean is granted to take (4 models of 500 MB
+#: were averaged in 12 s on a loaded 2-core machine: 165 MB/s)
+MEAN_RATE = 50e6
 #: seconds without a round closed after which a reducer follows a claim of newer Q factors as a
 #: fresh one does (it stood in for a reducer that stood down, which has since taken over again)
 IDLE_RESET = 1.0
@@ -119,6 +125,17 @@ class Reducer:
         self.late = Lateness(wait=wait_for_slow)
         #: means being computed in threads (kept referenced until done)
         self._closing: set[asyncio.Task[None]] = set()
+
+    def final_extra(self, nbytes: int) -> float:
+        """Seconds the models' mean waits for the rest beyond a step's rule, for models of
+        ``nbytes``: each takes a while to arrive (a fixed 2 s left all but the first out of the
+        4-node GPT-2 run's mean)."""
+        return nbytes / FINAL_RATE
+
+    def final_seconds(self, nbytes: int, members: int) -> float:
+        """Seconds a contributor of a model of ``nbytes`` may wait for the models' mean of
+        ``members`` nodes, once its model is in: the bucket's wait for the rest and the mean."""
+        return max(self.final_wait, self.wait) + self.final_extra(nbytes) + members * nbytes / MEAN_RATE
 
     @property
     def wait_for_slow(self) -> str:
@@ -376,7 +393,8 @@ class Reducer:
             bucket.opened = loop.time()
         delay = self.wait
         if phase == FINAL:
-            delay = max(0.0, min(delay, bucket.opened + max(self.final_wait, self.wait) - loop.time()))
+            extra = self.final_extra(4 * next(iter(bucket.parts.values())).size) if bucket.parts else 0.0
+            delay = max(0.0, min(delay + extra, bucket.opened + max(self.final_wait, self.wait) + extra - loop.time()))
         bucket.timer = loop.call_later(delay, self._close, bucket, phase)
 
     def _close(self, bucket: _Bucket, phase: int) -> None:

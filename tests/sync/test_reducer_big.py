@@ -82,3 +82,20 @@ def test_a_final_model_is_a_view_of_its_body_checked_slice_by_slice() -> None:
     for data, length in ((bad.tobytes(), None), (body, 11), (body[:-1], None)):
         with pytest.raises(SyncRefused):
             parse(data, length, "float32")
+
+
+def test_the_models_mean_waits_longer_for_bigger_models() -> None:
+    """A model of 25 MB may come 2 s after the first (reducer.FINAL_RATE): with the step's 0.2 s
+    rule alone the mean closed without it, and that node ended training with its own model."""
+    names = ["a", "b"]
+    ps = parts(2, 6_250_000, outlier=False)
+
+    async def main() -> list:
+        red = Reducer(0.2, lambda: set(names), final_wait=0.2, values="float16")
+        first = asyncio.create_task(red.contribute("a", FINAL, FINAL_ROUND, encode(ps[0], "float32")))
+        await asyncio.sleep(1.0)  # a 25 MB upload on a slow link, longer than the step's rule
+        second = await red.contribute("b", FINAL, FINAL_ROUND, encode(ps[1], "float32"))
+        return [await first, second]
+
+    outs = asyncio.run(main())
+    assert [o.count for o in outs] == [2, 2] and all(o.included for o in outs)
