@@ -28,6 +28,7 @@ import argparse
 import functools
 import gc
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -233,6 +234,7 @@ def main() -> int:
     print(note)
     if args.write:
         write_section(f"{SECTION}\n\n```\nnice -n 5 {command_line()}\n```\n\n- {machine()}\n\n{note}\n\n{text}\n")
+    shutil.rmtree(tmp, ignore_errors=True)  # the public copy's, replicas' and spool's folders
     return 0
 
 
