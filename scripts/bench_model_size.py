@@ -96,6 +96,7 @@ class Watch:
         self.last_done: list[int] = []
         self.longest_gap: list[float] = []
         self.low_memory = False
+        self.polled_at = 0.0
 
     def start(self) -> None:
         now = time.monotonic()
@@ -108,7 +109,7 @@ class Watch:
         return -1 if s is None else int(s["exchanges"]["done"])
 
     def poll(self) -> list[dict[str, Any] | None]:
-        now = time.monotonic()
+        now = self.polled_at = time.monotonic()
         statuses = self.cluster.statuses()
         for i, s in enumerate(statuses if self.last_done else []):
             d = self.done(s)
@@ -119,6 +120,13 @@ class Watch:
             self.low_memory = True
         return statuses
 
+    def poll_every(self, every: float = 2.0) -> None:
+        """A poll if the last was ``every`` seconds ago: the gaps are measured while the delta
+        fetches run too (at 100 Mbit/s they take most of the window; polled only at their
+        start and end, a node's gap read 0 s whenever it had exchanged once in between)."""
+        if time.monotonic() - self.polled_at >= every:
+            self.poll()
+
     def run_for(self, seconds: float, every: float = 2.0) -> list[dict[str, Any] | None]:
         end = time.monotonic() + seconds
         statuses = self.poll()
@@ -128,13 +136,14 @@ class Watch:
         return statuses
 
 
-def delta_fetches(cluster: Cluster, place: Place, count: int) -> list[dict[str, Any]]:
-    """Node 0's newest delta, fetched ``count`` times from node 1's place (a new one each time)."""
+def delta_fetches(cluster: Cluster, place: Place, count: int, watch: Watch) -> list[dict[str, Any]]:
+    """Node 0's newest delta, fetched ``count`` times from node 1's place (a new one each time);
+    ``watch`` keeps polling the nodes meanwhile."""
     out = []
     seen = -1
     for _ in range(count):
         try:
-            s = wait_for(lambda: (st := fetch_status(cluster.nodes[0].addr)) and
+            s = wait_for(lambda: watch.poll_every() or (st := fetch_status(cluster.nodes[0].addr)) and
                          st["training"]["published_version"] > max(seen, 1) and st, 60, "a new publish")
         except AssertionError:
             break
@@ -192,7 +201,7 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
         t0 = time.monotonic()
         first = watch.poll()
         m0 = [metrics(nd.addr) for nd in cluster.nodes]
-        rec["delta_fetches"] = delta_fetches(cluster, place, 3)
+        rec["delta_fetches"] = delta_fetches(cluster, place, 3, watch)
         print(f"  delta fetches: {rec['delta_fetches']}", flush=True)
         last = watch.run_for(window - (time.monotonic() - t0))
         span = time.monotonic() - t0
