@@ -123,7 +123,8 @@ class PowerSync:
         out = []
         self._m, self._g = {}, {}
         for x in self.layout:
-            g = grads[x.name].detach().float().reshape(x.rows, x.cols)
+            got = grads.get(x.name)  # None: a parameter this step did not use (a branch not taken)
+            g = torch.zeros(x.rows, x.cols) if got is None else got.detach().float().reshape(x.rows, x.cols)
             m = g + self.err[x.name] if x.name in self.err else g
             self._m[x.name], self._g[x.name] = m, g
             out.append((m @ self.q[x.name]).t() if x.rank else m.reshape(1, -1))  # a factor column by column

@@ -71,7 +71,11 @@ class Worker(TrainerLoop, PeerLoop):
         self.published_step = self.trainer.step
         #: the synchronous mode (exchange.sync, resolved: config/mode_rule.py): the gradients'
         #: all-reduce (p2pnode/sync/)
-        self.sync = (PowerSync(list(self.trainer.model.named_parameters()), cfg.exchange.sync_rank, cfg.training.seed,
+        # the parameters training moves: a frozen layer has no gradient to average (each step's
+        # mean was refused for its missing gradient, and every step was a local one)
+        trained: list[tuple[str, torch.Tensor]] = [(n, p) for n, p in self.trainer.model.named_parameters()
+                                                   if p.requires_grad]
+        self.sync = (PowerSync(trained, cfg.exchange.sync_rank, cfg.training.seed,
                                resolve_values(cfg.exchange.sync_values, isinstance(self.trainer.optimizer, ADAPTIVE)))
                      if sync_of(cfg) == "powersgd" else None)
         self.all_reduce = (AllReduce(self.trainer, self.sync, self.sync_phase, cfg.exchange.sync_keep_pace)

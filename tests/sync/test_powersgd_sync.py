@@ -174,3 +174,20 @@ def test_with_int8_a_nodes_error_keeps_none_of_its_lean_within_the_shared_factor
     e_mean = sum(s.err[name] for s in syncs) / 3
     residual = m_mean - means[0][name].reshape(m_mean.shape)
     assert float((e_mean - residual).norm() / m_mean.norm()) < 0.02
+
+
+def test_a_parameter_without_a_gradient_counts_as_zero_and_the_mean_is_taken() -> None:
+    """A step that did not use a parameter (a branch not taken) leaves its gradient None: the
+    worker's dict lacks it. The step's mean used to be refused for the missing key (a local step,
+    every step, for a model with such a layer); it counts as a zero gradient, as DDP's
+    find_unused_parameters does, and every node still rebuilds the same mean."""
+    params = model_params(4)
+    syncs = [PowerSync(params, rank=2, seed=5, values="int8") for _ in range(2)]
+    reducer = Reducer(5.0, lambda: {"n0", "n1"}, values="int8")
+    gen = torch.Generator().manual_seed(2)
+    full = {n: torch.randn(p.shape, generator=gen) for n, p in params}
+    unused = params[1][0]  # the first layer's bias
+    partial = {n: g.clone() for n, g in full.items() if n != unused}
+    outs = step(syncs, [full, partial], reducer)
+    assert all(torch.equal(outs[0][n], outs[1][n]) for n, _ in params)
+    assert torch.allclose(outs[0][unused], full[unused] / 2, atol=float(full[unused].abs().max()) / 100)
