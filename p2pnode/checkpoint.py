@@ -77,9 +77,19 @@ def write_parts(path: Path, parts: Iterable[bytes | memoryview]) -> None:
 
 
 def save(path: Path, state: dict[str, Any]) -> None:
+    """torch.save into a temp file renamed over ``path``. A write that fails under torch's zip
+    writer (a full disk) comes out of torch.save as a RuntimeError ("unexpected pos"); it is
+    raised as an OSError, so that the worker answers "not written" and trains on, where it
+    exited (a 350M run on a full disk) and was restarted from the last checkpoint."""
     import torch
 
-    _replace_with(path, lambda fh: torch.save(state, fh))
+    def write(fh: BinaryIO) -> None:
+        try:
+            torch.save(state, fh)
+        except RuntimeError as exc:
+            raise OSError(f"checkpoint not written: {exc}") from exc
+
+    _replace_with(path, write)
 
 
 def set_aside(path: Path, why: object, then: str, logger: logging.Logger = log) -> Path:
