@@ -1,6 +1,6 @@
 """A model GET outside the gossip exchange (the synchronous mode's catch-up, a ps-worker's pull)
 under the exchange's rules: the answer may take ``exchange.timeout`` to begin and a second
-more per 100 MB of the model the peer may copy first, its body then has a deadline from its
+more per 20 MB of the model the peer may copy first, its body then has a deadline from its
 size and the rate measured from that peer (``exchange.max_transfer`` at most), it is cut off
 below ``exchange.min_rate``, and it is read into one buffer in a thread (net/client.py
 ``fetch``). ``request()``'s single fixed timeout cut a big model's snapshot off.
