@@ -241,7 +241,12 @@ class HttpApi:
                 return error(503, "model not ready")
             result = served.serve_now(since, epoch, genesis)
         if result is None:
-            result = await asyncio.to_thread(served.serve, since, epoch, request.query.get("chain") == "1", genesis)
+            try:
+                result = await asyncio.to_thread(served.serve, since, epoch, request.query.get("chain") == "1",
+                                                 genesis)
+            except OSError as exc:  # a big model's snapshot is written to a file first: a full disk
+                log.warning("could not prepare a snapshot to serve: %s", exc)
+                return error(503, f"this node could not prepare its model just now ({exc.strerror or exc})")
         if result.status == 503:
             return error(503, "nothing published yet")
         if result.kind == "snapshot" and self.snapshot_buckets.take(request.remote or "?") > 0:
