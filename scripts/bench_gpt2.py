@@ -141,7 +141,8 @@ def main() -> int:
         append_jsonl(args.jsonl, {"bench": "gpt2", **results[mode]})
     rows = []
     names = {"single": f"one process, batch {args.nodes}", "gossip": f"{args.nodes} nodes, gossip (defaults, "
-             "exchange every 2 steps)", "sync": f"{args.nodes} nodes, synchronous (PowerSGD rank 24, int4)"}
+             "exchange every 2 steps)", "sync": f"{args.nodes} nodes, synchronous (PowerSGD rank 24, "
+             "int8: exchange.sync_values \"auto\" for AdamW)"}
     for mode, r in results.items():
         ends = [e for e in r.get("end", []) if e is not None]
         steps = r["steps"] if isinstance(r["steps"], int) else (min(x for x in r["steps"] if x is not None)
