@@ -28,21 +28,20 @@ def _copy(dest: np.ndarray, at: int, chunks: list[bytes]) -> None:
         at += n
 
 
-class BodyFill:
-    """``size`` bytes to fill in order with :meth:`add`; :meth:`finish` waits for the last
-    copy and returns the buffer (a memoryview of ``big_buffer``). :meth:`abandon` on failure."""
+class BatchedWriter:
+    """Chunks handed over by the event loop, written in order by a thread a batch of ``BATCH``
+    bytes at a time (``_write_batch``, at the batch's offset), one batch in flight while the next
+    is gathered: a body kept in memory here, one spooled to a file in net/spool.py."""
 
-    def __init__(self, size: int) -> None:
-        self.buffer = big_buffer(size)
-        self._dest = np.frombuffer(self.buffer, np.uint8)
+    def __init__(self) -> None:
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._at = 0
         self._flight: asyncio.Future[None] | None = None
 
-    @property
-    def size(self) -> int:
-        return self.buffer.nbytes
+    def _write_batch(self, at: int, chunks: list[bytes]) -> None:
+        """Write ``chunks`` from offset ``at`` (in a thread)."""
+        raise NotImplementedError
 
     async def add(self, chunk: bytes) -> None:
         """Take ``chunk`` (the caller checks that it fits); a batch goes to a thread once full."""
@@ -59,13 +58,34 @@ class BodyFill:
             chunks, at = self._pending, self._at
             self._at += self._pending_bytes
             self._pending, self._pending_bytes = [], 0
-            self._flight = asyncio.ensure_future(asyncio.to_thread(_copy, self._dest, at, chunks))
+            self._flight = asyncio.ensure_future(asyncio.to_thread(self._write_batch, at, chunks))
 
-    async def finish(self) -> memoryview:
+    async def _drain(self) -> None:
+        """Every chunk taken so far written."""
         await self._flush()
         if self._flight is not None:
             flight, self._flight = self._flight, None
             await flight
+
+
+class BodyFill(BatchedWriter):
+    """``size`` bytes to fill in order with :meth:`add`; :meth:`finish` waits for the last
+    copy and returns the buffer (a memoryview of ``big_buffer``). :meth:`abandon` on failure."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.buffer = big_buffer(size)
+        self._dest = np.frombuffer(self.buffer, np.uint8)
+
+    @property
+    def size(self) -> int:
+        return self.buffer.nbytes
+
+    def _write_batch(self, at: int, chunks: list[bytes]) -> None:
+        _copy(self._dest, at, chunks)
+
+    async def finish(self) -> memoryview:
+        await self._drain()
         return self.buffer
 
     def abandon(self) -> None:

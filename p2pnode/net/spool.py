@@ -26,11 +26,11 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from p2pnode.net.bodyfill import BatchedWriter
+
 #: bodies of this many bytes or more are spooled to a file when the fetch gives a folder: the
 #: size from which a worker keeps its replicas in files (wire/replica.py DISK_FROM)
 SPOOL_FROM = 64 * 1024 * 1024
-#: bytes gathered on the loop before a thread writes them
-BATCH = 4 << 20
 _SERIAL = itertools.count()
 
 
@@ -115,12 +115,13 @@ def _write(fd: int, at: int, chunks: list[bytes], digest: hashlib._Hash) -> None
         at += len(view)
 
 
-class SpoolFill:
+class SpoolFill(BatchedWriter):
     """``size`` bytes to write in order with :meth:`add` (the caller checks that they fit);
     :meth:`finish` waits for the last write and returns the :class:`SpooledBody`; :meth:`abandon`
     on failure (the partial file is removed). One batch is in flight while the next is read."""
 
     def __init__(self, folder: Path, size: int) -> None:
+        super().__init__()
         n = next(_SERIAL)
         self.size = size
         self._part = folder / f"{os.getpid()}-{n}.part"
@@ -128,32 +129,12 @@ class SpoolFill:
         self._fd = os.open(self._part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self._closer = weakref.finalize(self, _close_and_remove, self._fd, str(self._part))
         self._digest = hashlib.sha256()
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self._at = 0
-        self._flight: asyncio.Future[None] | None = None
 
-    async def add(self, chunk: bytes) -> None:
-        self._pending.append(chunk)
-        self._pending_bytes += len(chunk)
-        if self._pending_bytes >= BATCH:
-            await self._flush()
-
-    async def _flush(self) -> None:
-        if self._flight is not None:
-            flight, self._flight = self._flight, None
-            await flight
-        if self._pending:
-            chunks, at = self._pending, self._at
-            self._at += self._pending_bytes
-            self._pending, self._pending_bytes = [], 0
-            self._flight = asyncio.ensure_future(asyncio.to_thread(_write, self._fd, at, chunks, self._digest))
+    def _write_batch(self, at: int, chunks: list[bytes]) -> None:
+        _write(self._fd, at, chunks, self._digest)
 
     async def finish(self) -> SpooledBody:
-        await self._flush()
-        if self._flight is not None:
-            flight, self._flight = self._flight, None
-            await flight
+        await self._drain()
         if self._at != self.size:
             raise ValueError(f"spooled {self._at} bytes of {self.size}")
         os.close(self._fd)
