@@ -17,17 +17,15 @@ from p2pnode.compression.sized import ESTIMATE_TOL, EXACT_BELOW, SizedTopK, publ
 from p2pnode.wire.codec import decode
 from p2pnode.wire.payload import ModelSpec
 from p2pnode.worker.public import DeltaPublisher, floating_state
+from tests.compression.samples import samples
 
 N = EXACT_BELOW  # the smallest tensor that takes the estimated threshold
 
 
 def data(kind: str, n: int, seed: int) -> torch.Tensor:
+    if kind in ("laplace", "gaussian"):
+        return samples(kind, n, seed)
     g = torch.Generator().manual_seed(seed)
-    if kind == "laplace":
-        u = torch.rand(n, generator=g) - 0.5
-        return -torch.sign(u) * torch.log1p(-2 * u.abs())
-    if kind == "gaussian":
-        return torch.randn(n, generator=g)
     # heavy tails (Student-t, 2 degrees of freedom) with a block that did not move at all
     x = torch.randn(n, generator=g) / torch.sqrt(torch.distributions.Chi2(2.0).sample((n,)) / 2)
     x[: n // 3] = 0.0

@@ -14,19 +14,12 @@ from hypothesis import strategies as st
 from p2pnode.compression import build, build_sparsifier, decode, encode, payload_bytes
 from p2pnode.compression.base import kept_count
 from p2pnode.compression.packing import pack_bits, pack_uint, unpack_bits, unpack_uint
+from tests.compression.samples import samples
 
 
 def _data(kind: str, n: int = 200_000, seed: int = 0) -> torch.Tensor:
-    """Laplace, Gaussian or Student-t(3) samples (same as in test_compression_sparsify)."""
-    g = torch.Generator().manual_seed(seed)
-    if kind == "laplace":
-        u = torch.rand(n, generator=g) - 0.5
-        return -torch.sign(u) * torch.log1p(-2 * u.abs())
-    if kind == "gaussian":
-        return torch.randn(n, generator=g)
-    z = torch.randn(n, generator=g)
-    chi = torch.randn(n, 3, generator=g).pow(2).sum(1)
-    return z / (chi / 3).sqrt()
+    """Laplace, Gaussian or Student-t(3) samples (any kind but the first two: Student-t)."""
+    return samples(kind if kind in ("laplace", "gaussian") else "student3", n, seed)
 
 
 # ----------------------------------------------------------------- estimator counts

@@ -9,22 +9,13 @@ import torch
 from p2pnode.compression import build_sparsifier
 from p2pnode.compression.base import kept_count
 from p2pnode.compression.ldte import LDTEBS
+from tests.compression.samples import samples
 
 N = 200_000
 
 
 def _data(kind: str, n: int = N, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    if kind == "laplace":
-        u = torch.rand(n, generator=g) - 0.5
-        return -torch.sign(u) * torch.log1p(-2 * u.abs())
-    if kind == "gaussian":
-        return torch.randn(n, generator=g)
-    if kind == "student3":  # heavier tail than Laplace
-        z = torch.randn(n, generator=g)
-        chi = torch.randn(n, 3, generator=g).pow(2).sum(1)
-        return z / (chi / 3).sqrt()
-    raise ValueError(kind)
+    return samples(kind, n, seed)
 
 
 @pytest.mark.parametrize("density", [0.01, 0.001, 0.3])
