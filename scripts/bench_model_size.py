@@ -224,6 +224,8 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
         rec["steps_per_min"] = [None if a is None or b is None else
                                 60 * (b["training"]["step"] - a["training"]["step"]) / span for a, b in zip(first, last)]
         rec["loop_lag_max_s"] = [s["event_loop"]["lag_max_s"] if s and "event_loop" in s else None for s in last]
+        rec["loop_lag_split"] = [s["event_loop"].get("lag_max_split") if s and "event_loop" in s else None
+                                 for s in last]
         rec["suspicions"] = [metric_sum(b, "p2pnode_membership_suspicions_total") for b in m1]
         rec["exchange_bytes"] = [metric_sum(b, "p2pnode_exchange_received_bytes_total")
                                  - metric_sum(a, "p2pnode_exchange_received_bytes_total") for a, b in zip(m0, m1)]
@@ -233,7 +235,7 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
                                     if k.startswith("p2pnode_exchanges_total{") and v - a.get(k, 0)}
                                    for a, b in zip(m0, m1)]
         rec["peak_rss"] = [peak_rss(nd.pid) for nd in cluster.nodes]
-        print(f"  window: {json.dumps({k: rec[k] for k in ('exchanges_per_min', 'loop_lag_max_s', 'peak_rss')})}",
+        print(f"  window: {json.dumps({k: rec[k] for k in ('exchanges_per_min', 'loop_lag_max_s', 'loop_lag_split', 'peak_rss')})}",
               flush=True)
         if watch.low_memory:
             rec["failed"] = "stopped: the machine's available memory fell below the floor"
@@ -282,6 +284,16 @@ def fmt_s(x: float | None) -> str:
     return "-" if x is None else (f"{x:.2f} s" if x < 10 else f"{x:.0f} s")
 
 
+def stall_split(rec: dict[str, Any]) -> str:
+    """The longest stall's window split as the kernel counted the loop's thread (looplag.py)."""
+    lags = rec["loop_lag_max_s"]
+    split = (rec.get("loop_lag_split") or [None] * len(lags))[lags.index(max(x for x in lags if x is not None))]
+    if not split:
+        return ""
+    return (f" (of {1000 * split['window_s']:.0f} ms: ran {1000 * split['on_cpu_s']:.0f}, waited for a core "
+            f"{1000 * split['waiting_for_cpu_s']:.0f}, off a core {1000 * split['off_cpu_s']:.0f})")
+
+
 def row(rec: dict[str, Any]) -> list[str]:
     mb = rec["dense_bytes"] / 1e6
     rate = rec.get("raw_rate")
@@ -306,7 +318,7 @@ def row(rec: dict[str, Any]) -> list[str]:
     split = " + ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(top.items()))  # daemon, worker
     cells.append(f"{max(peaks) / 1e9:.2f} GB = {max(peaks) / rec['dense_bytes']:.1f}x ({split})")
     lags = [x for x in rec["loop_lag_max_s"] if x is not None]
-    cells.append(f"{1000 * max(lags):.0f} ms" if lags else "-")
+    cells.append(f"{1000 * max(lags):.0f} ms{stall_split(rec)}" if lags else "-")
     cells.append(f"{sum(rec['suspicions']):.0f}")
     writes = [x for xs in rec.get("checkpoint_write_s", []) for x in xs]
     cells.append(f"{statistics.median(writes):.2f} s" if writes else "-")

@@ -27,3 +27,32 @@ def test_a_blocked_loop_is_seen_as_a_stall() -> None:
     assert 0.2 <= s["lag_max_s"] < 1.0
     assert s["probes"] >= 5
     assert m.loop_lag_max._value.get() == lag.longest
+
+
+def test_the_longest_stall_says_whether_the_loop_worked_or_waited() -> None:
+    """Work on the loop counts as on a core; a wait off it (a sleep here, as a wait for the
+    interpreter lock would be) as off a core."""
+    def stall(kind: str) -> dict[str, float]:
+        m = NodeMetrics(CollectorRegistry())
+        lag = LoopLag(m.loop_lag, m.loop_lag_max, interval=0.01)
+
+        async def main() -> None:
+            probe = asyncio.create_task(lag.run())
+            await asyncio.sleep(0.05)
+            end = time.monotonic() + 0.3
+            if kind == "busy":
+                while time.monotonic() < end:
+                    pass
+            else:
+                time.sleep(0.3)
+            await asyncio.sleep(0.05)
+            probe.cancel()
+        asyncio.run(main())
+        assert lag.status()["lag_max_s"] >= 0.25
+        split: dict[str, float] = lag.status()["lag_max_split"]
+        return split
+
+    busy, idle = stall("busy"), stall("sleep")
+    assert busy["on_cpu_s"] + busy["waiting_for_cpu_s"] >= 0.25, busy
+    assert busy["on_cpu_s"] > idle["on_cpu_s"] + 0.1, (busy, idle)
+    assert idle["off_cpu_s"] >= 0.25, idle

@@ -6,13 +6,19 @@ waits while one callback holds the loop; model-sized work done on it shows up he
 stall. The probe costs one wake-up per ``interval``. Its figures are in status
 (``event_loop``) and the metrics ``p2pnode_event_loop_lag_seconds`` (a histogram) and
 ``p2pnode_event_loop_lag_max_seconds`` (the longest since start).
+
+A stall is not always work done on the loop. The longest one is split with the kernel's count
+for the loop's thread (``/proc/thread-self/schedstat``): seconds it ran (the loop's own work),
+seconds it was ready but waited for a core (a busy machine: the trainers, other daemons), and
+the rest, off a core without being ready (its wait for the interpreter lock, which another
+thread held, or for a page from disk). Each calls for a different remedy, so status says which.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Gauge, Histogram
@@ -21,6 +27,19 @@ from prometheus_client import Gauge, Histogram
 INTERVAL = 0.05
 #: a late wake-up at least this long is counted as a stall (the 100 ms budget of a ping's answer)
 STALL = 0.1
+#: the kernel's per-thread scheduler figures (nanoseconds on a core, waiting for one; slices)
+SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def sched_times() -> tuple[float, float] | None:
+    """(seconds on a core, seconds ready but waiting for one) of the calling thread so far;
+    None where the kernel keeps no such count."""
+    try:
+        with open(SCHEDSTAT, "rb") as f:
+            ran, waited, _ = f.read().split()
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass
@@ -34,9 +53,14 @@ class LoopLag:
     last: float = 0.0
     stalls: int = 0
     samples: int = 0
+    #: the longest stall's window (the probe's sleep and its lateness) split: on a core, ready
+    #: but waiting for one, neither (the lock, the disk, or the loop idle in its sleep)
+    longest_split: dict[str, float] = field(default_factory=dict)
 
-    def note(self, late: float) -> None:
-        """One wake-up ``late`` seconds after it was due."""
+    def note(self, late: float, window: float = 0.0, before: tuple[float, float] | None = None,
+             after: tuple[float, float] | None = None) -> None:
+        """One wake-up ``late`` seconds after it was due; ``before`` and ``after``: the thread's
+        :func:`sched_times` around the ``window`` seconds from the sleep to the wake-up."""
         late = max(0.0, late)
         self.samples += 1
         self.last = late
@@ -46,13 +70,24 @@ class LoopLag:
         if late > self.longest:
             self.longest = late
             self.max_gauge.set(late)
+            if before is not None and after is not None:
+                ran, waited = after[0] - before[0], after[1] - before[1]
+                self.longest_split = {"window_s": round(window, 4), "on_cpu_s": round(ran, 4),
+                                      "waiting_for_cpu_s": round(waited, 4),
+                                      "off_cpu_s": round(max(0.0, window - ran - waited), 4)}
 
     async def run(self) -> None:
         while True:
-            due = time.monotonic() + self.interval
+            before = sched_times()
+            start = time.monotonic()
+            due = start + self.interval
             await asyncio.sleep(self.interval)
-            self.note(time.monotonic() - due)
+            now = time.monotonic()
+            # the kernel's figures only for a new longest stall (a file read, not every wake-up)
+            after = sched_times() if now - due > self.longest else None
+            self.note(now - due, now - start, before, after)
 
     def status(self) -> dict[str, Any]:
         return {"lag_max_s": round(self.longest, 4), "lag_last_s": round(self.last, 4),
-                "stalls_over_100ms": self.stalls, "probes": self.samples}
+                "stalls_over_100ms": self.stalls, "probes": self.samples,
+                "lag_max_split": self.longest_split}
