@@ -9,6 +9,13 @@ holds no model-sized mirror of x̂ of its own, and the worker's hello carries no
 Layout: a header (magic, a sequence number, version, step, loss, the model's spec as JSON), then
 the tensors' float32 values back to back in the spec's order from a page boundary.
 
+The worker touches x̂ only while it publishes (the selection reads every tensor, the update
+writes the selected entries). After it has done with a tensor it lets that tensor's pages go
+(``release``: ``madvise(MADV_DONTNEED)``; the values stay in the file's page cache, dirty or
+not), so x̂ is not in the worker's resident set between publishes, and a publish holds about one
+tensor of it at a time, not the whole model: the kernel may write the pages out and take them
+back under memory pressure, as it cannot with the worker's own memory.
+
 A read must see x̂ at one version, never half a publish. The worker changes x̂ only between
 ``begin`` and ``end``, which make the sequence number odd and then even again (a *seqlock*); a
 reader reads the header, the values, then the sequence number again, and keeps what it read only
@@ -98,10 +105,25 @@ class PublicFile:
         self._map[_SPEC_AT:_SPEC_AT + len(spec_bytes)] = spec_bytes
         self._seq = np.frombuffer(self._map, dtype="<u8", count=1, offset=_STATE_AT)
         self.arrays: dict[str, np.ndarray] = {}
-        for name, (at, numel) in _offsets(spec, data_at).items():
+        self._where = _offsets(spec, data_at)
+        for name, (at, numel) in self._where.items():
             view = np.frombuffer(self._map, dtype=np.float32, count=numel, offset=at)
             view[:] = np.asarray(arrays[name], dtype=np.float32).reshape(-1)
             self.arrays[name] = view
+            self.release(name)
+
+    def release(self, name: str | None = None) -> None:
+        """Tensor ``name``'s pages (every tensor's: None) out of this process's resident set;
+        its values stay in the file (module docstring). The views in :attr:`arrays` stay valid: a
+        later access reads the pages back from the page cache."""
+        if name is None:
+            at, end = _SPEC_AT, len(self._map)
+        else:
+            at, numel = self._where[name]
+            end = at + 4 * numel
+        start = at - at % PAGE
+        if end > start:
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def begin(self) -> None:
         """x̂ is about to change: readers now retry (the sequence number is odd)."""

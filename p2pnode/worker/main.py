@@ -59,6 +59,7 @@ class Worker(TrainerLoop, PeerLoop):
         #: from which a peer's replica starts when our first fetch named it (wire/genesis.py)
         self.genesis = (keep_genesis(cfg.node.state_dir, self.spec, self.public.xhat)
                         if self.public.version == 0 else None)
+        self.public.let_go()  # the genesis digest read every page of a file x_hat
         #: exchange.robust = "clip": the adaptive radius a peer's model is clipped to (robust.py)
         self.clipper = make_clipper(cfg.exchange.robust, cfg.exchange.clip_factor, cfg.exchange.clip_max,
                                     cfg.exchange.clip_refuse)
@@ -296,6 +297,7 @@ class Worker(TrainerLoop, PeerLoop):
         with torch.no_grad():
             for name, tensor in floating_state(self.trainer.model).items():
                 tensor.copy_(self.public.xhat[name].view_as(tensor))
+                self.public.let_go(name)
         self.trainer.optimizer.state.clear()
         if self.outer is not None:
             self.outer.restart(self.trainer.model)

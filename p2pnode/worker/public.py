@@ -97,6 +97,12 @@ class DeltaPublisher:
             self.xhat = {k: v.detach().reshape(-1).to("cpu", torch.float32, copy=True)
                          for k, v in floating_state(model).items()}
 
+    def let_go(self, name: str | None = None) -> None:
+        """With x_hat in a file: tensor ``name``'s pages (every tensor's: None) out of the
+        resident set once read or written (wire/public_file.py); x_hat in memory: nothing."""
+        if self.file is not None:
+            self.file.release(name)
+
     def _every(self, n: int) -> np.ndarray:
         """0..n-1 as uint32, a view of one range kept for the biggest tensor asked for."""
         if self._range.size < n:
@@ -135,6 +141,7 @@ class DeltaPublisher:
             return self.snapshot(step, loss), "", ""
         self.file.end(self.version, step, loss if math.isfinite(loss) else -1.0)
         genesis = digest({k: v.numpy() for k, v in self.xhat.items()}, self.spec) if self.version == 0 else ""
+        self.let_go()
         return b"", str(self.file.path), genesis
 
     @torch.no_grad()
@@ -147,6 +154,7 @@ class DeltaPublisher:
         selected = 0
         for name, xhat in self.xhat.items():
             diff = self._minus(current[name], xhat, keep=full)
+            self.let_go(name)
             if full and bool((diff != 0).all()):
                 # every entry moved (an adopted model): its indices are 0..n-1, a view of one
                 # shared range, not an index array per tensor (a whole model's 4 bytes an entry)
@@ -178,6 +186,7 @@ class DeltaPublisher:
                 xhat.add_(torch.from_numpy(values))
             else:
                 xhat.index_add_(0, torch.from_numpy(idx_np.astype(np.int64)), torch.from_numpy(values))
+            self.let_go(name)
         self.counts = (selected, sum(v.size for _, v in entries.values()), sum(x.numel() for x in self.xhat.values()))
         base = self.version
         self.version += 1
