@@ -136,6 +136,13 @@ class SyncActor:
         as every node's worker resolves it: sync/values.py ``resolve``)."""
         return resolve(self.cfg.exchange.sync_values, bool(self.adaptive()))
 
+    def _status_values(self) -> str:
+        """What status says of the values: "auto" is not resolved before our worker's hello has
+        said which optimizer it trains with (nothing is sent until then)."""
+        if self.cfg.exchange.sync_values == "auto" and self.adaptive() is None:
+            return "auto (the worker has not said its optimizer yet)"
+        return self._values()
+
     def _stood_down(self) -> set[str]:
         """The reducers passed over at our current round (they stood down: their node is slow)."""
         return {rid for rid, until in self.passed_over.items() if self.making < until}
@@ -430,7 +437,7 @@ class SyncActor:
         late, running = self.reducer.late, self._running()
         slow, left_out = late.slow(running), late.left_out(running)
         return {"mode": self.cfg.exchange.sync, "rank": self.cfg.exchange.sync_rank,
-                "values": self._values(), "reducer": self.current[0],
+                "values": self._status_values(), "reducer": self.current[0],
                 # this node's reducer stood down until this round (0: it did not); reducers we pass over
                 "resting_until": self.reducer.resting_until, "passed_over": dict(self.passed_over),
                 "last_count": self.last_count, "reducer_rounds": self.reducer.rounds,

@@ -36,6 +36,7 @@ async def _scenario() -> None:
     int8 = encode(np.linspace(-3, 3, 100), "int8")
     try:
         async with aiohttp.ClientSession() as session:
+            assert actor.status()["values"].startswith("auto (")  # not int4 before the hello
             started = time.monotonic()
             async with session.post(url, data=int8) as resp:
                 assert resp.status == 503 and "not started" in await resp.text()
