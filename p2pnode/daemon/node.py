@@ -26,7 +26,7 @@ from aiohttp import web
 from p2pnode import __version__
 from p2pnode.config import Config, mode_rule, parse_hostport
 from p2pnode.dashboard import routes as dashboard
-from p2pnode.daemon import early_signals, identity, journal, notify, start_gate
+from p2pnode.daemon import bulk_threads, early_signals, identity, journal, notify, start_gate
 from p2pnode.exchange.rounds import Exchange
 from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
@@ -279,6 +279,7 @@ class Node:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        bulk_threads.install(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop_event.set)
         if early_signals.requested() is not None:  # asked to stop while we were still importing
