@@ -9,7 +9,8 @@ models). Per size and link, with the p2pnode defaults otherwise:
 - a delta fetch's goodput: a peer-like ``GET /v1/model?since=V-1`` of node 0's newest delta,
   made from node 1's place while the cluster trains, body bytes ÷ seconds (request to last
   byte), as a share of the raw link rate;
-- a snapshot fetch's time, the same way, against size ÷ link rate;
+- a snapshot fetch's time, the same way, against size ÷ link rate: once the bootstraps are done
+  (beside the replicas' first snapshots) and again after the window (beside deltas only);
 - peak RSS per node (daemon + worker, ``VmHWM`` of each, summed; the node with the highest, and
   its two parts in GB) against the model's float32 bytes; the daemon's longest event-loop stall (status ``event_loop``); SWIM suspicions;
 - checkpoint write time (the worker's log) and resume: the last node stopped (SIGTERM, final
@@ -240,6 +241,11 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
         if watch.low_memory:
             rec["failed"] = "stopped: the machine's available memory fell below the floor"
             return rec
+        # again once every replica exists (after the window): the first fetch shared node 0's
+        # link with the replicas' first snapshots (at 100 Mbit/s, minutes of them), this one
+        # with the cluster's deltas only
+        rec["snapshot_fetch_settled"] = probe(place, 1, "fetch", "--addr", cluster.nodes[0].addr)
+        print(f"  snapshot fetch, settled: {rec['snapshot_fetch_settled']}", flush=True)
         # resume: the last node stopped (final checkpoint) and started again
         last_node = cluster.nodes[-1]
         t = time.monotonic()
@@ -309,10 +315,13 @@ def row(rec: dict[str, Any]) -> list[str]:
     sizes = [d["bytes"] for d in rec.get("delta_fetches", []) if d.get("status") == 200]
     cells.append(f"{100 * statistics.median(goodputs) / rate:.0f} % ({statistics.median(sizes) / 1e6:.1f} MB)"
                  if goodputs and rate else "-")
-    snap = rec.get("snapshot_fetch", {})
     link_rate = rate if rate else None
-    cells.append(f"{snap['seconds']:.2f} s = {snap['seconds'] / (snap['bytes'] / link_rate):.2f}x"
-                 if snap.get("status") == 200 and link_rate else str(snap.get("status", snap.get("failed", "-"))))
+
+    def snap_cell(snap: dict[str, Any]) -> str:
+        return (f"{snap['seconds']:.2f} s = {snap['seconds'] / (snap['bytes'] / link_rate):.2f}x"
+                if snap.get("status") == 200 and link_rate else str(snap.get("status", snap.get("failed", "-"))))
+    late = rec.get("snapshot_fetch_settled")
+    cells.append(snap_cell(rec.get("snapshot_fetch", {})) + (f"; settled {snap_cell(late)}" if late is not None else ""))
     peaks = [sum(p.values()) for p in rec["peak_rss"]]
     top = rec["peak_rss"][peaks.index(max(peaks))]
     split = " + ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(top.items()))  # daemon, worker
@@ -337,7 +346,7 @@ def row(rec: dict[str, Any]) -> list[str]:
 
 HEADER = ["model", "link", "nodes", "raw link rate", "exchanges / node / min (min / median)",
           "longest gap without an exchange", "delta fetch: goodput / raw rate (size)",
-          "snapshot fetch: seconds = x size / raw rate", "peak RSS / node = x float32 model",
+          "snapshot fetch: seconds = x size / raw rate (after the bootstraps; settled: after the window)", "peak RSS / node = x float32 model",
           "longest loop stall", "suspicions", "checkpoint write (median)", "resume: worker running (load)",
           "the others' start from node 0 (bootstrap)", "DDP all-reduce (gloo) / round"]
 
