@@ -29,6 +29,19 @@ def batchnorm_layers(model: nn.Module) -> list[_BatchNorm]:
     return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
 
 
+def statistics_names(model: nn.Module) -> list[tuple[str, str]]:
+    """(running_mean, running_var) state-dict names of each of ``batchnorm_layers``, so that a
+    peer's replica, flat tensors keyed by those names, can be pooled layer by layer
+    (worker/averaging.py ``average_into``). A layer registered twice is named once, by its first
+    name, as ``floating_state`` sends a shared tensor."""
+    names = []
+    for prefix, m in model.named_modules():
+        if isinstance(m, _BatchNorm) and m.track_running_stats:
+            dot = f"{prefix}." if prefix else ""
+            names.append((f"{dot}running_mean", f"{dot}running_var"))
+    return names
+
+
 @torch.no_grad()
 def refresh_batchnorm(model: nn.Module, batches: Iterator[Any], count: int,
                       forward: Callable[[nn.Module, Any], Any]) -> int:

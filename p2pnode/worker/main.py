@@ -146,7 +146,7 @@ class Worker(TrainerLoop, PeerLoop):
         if clip is not None:  # x + w clip(x_peer - x, tau) is averaging with weight w * min(1, tau / d)
             weight *= clip.scale
             log.debug("peer %s at distance %.4f, radius %.4f: weight %.4f", msg.peer, distance, clip.radius, weight)
-        average_into(self.trainer.model, replica.tensors, weight)
+        average_into(self.trainer.model, replica.tensors, weight, clip.scale if clip is not None else 1.0)
         log.debug("averaged %s's copy of its step %d at our step %d (round's payload %d, weight %.4f, distance %.4f)",
                   msg.peer, replica.step, self.trainer.step, msg.nth, weight, distance)
         if msg.mode == ADOPT:
