@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchlib.tasks.ddpref import backward
 from benchlib.tasks.suite import TASKS
 from p2pnode.config import Config
 from p2pnode.sync.values import decode, encode
@@ -57,21 +58,6 @@ def wire_size(data: bytes, kind: str) -> int:
     return int(np.frombuffer(data[:4], dtype="<u4")[0])
 
 
-def backward(t: ShardTrainer) -> None:
-    """ShardTrainer.train_step up to the gradients (no reduce, no step)."""
-    t.model.train()
-    batch = t._next_batch()
-    lr = t.lr_now()
-    for group in t.optimizer.param_groups:
-        group["lr"] = lr
-    t.optimizer.zero_grad(set_to_none=False)
-    loss = t.task.loss(t.model, batch)
-    t.step += 1
-    t.last_batch = t.cfg.training.batch_size
-    t.samples += t.last_batch
-    loss.backward()
-
-
 def run(settings: dict[str, Any], task: dict[str, Any], nodes: int, samples: int, opt: dict[str, Any],
         metric: str) -> tuple[float, int]:
     trainers = []
@@ -79,7 +65,7 @@ def run(settings: dict[str, Any], task: dict[str, Any], nodes: int, samples: int
         cfg = Config.from_dict({"training": {"eval_every": 0, **settings, "shard": f"{i}/{nodes}", "max_samples": samples},
                                 "task": dict(task)})
         trainers.append(ShardTrainer(cfg))
-    named = [(n, p) for n, p in trainers[0].model.named_parameters()]
+    named: list[tuple[str, torch.Tensor]] = [(n, p) for n, p in trainers[0].model.named_parameters()]
     seed = int(settings["seed"])
     late = [PowerSync(named, opt["rank"], seed, opt["values"]) for _ in trainers] if not opt.get("exact") else []
     early = ([PowerSync(named, 100000, seed, opt.get("warm_values", "int8")) for _ in trainers]

@@ -13,11 +13,14 @@ to it is the network's (compression, stragglers), and the rest is BatchNorm's.""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from p2pnode.config import Config
+
+if TYPE_CHECKING:
+    from p2pnode.worker.training import ShardTrainer
 
 
 def ddp_reference(settings: dict[str, Any], task: dict[str, Any], nodes: int, samples: int) -> dict[str, float]:
@@ -31,15 +34,7 @@ def ddp_reference(settings: dict[str, Any], task: dict[str, Any], nodes: int, sa
              for i in range(nodes)]
     while not ranks[0].done:
         for r in ranks:
-            r.model.train()
-            batch = r._next_batch()
-            lr = r.lr_now()
-            for group in r.optimizer.param_groups:
-                group["lr"] = lr
-            r.optimizer.zero_grad(set_to_none=False)
-            r.task.loss(r.model, batch).backward()
-            r.step += 1
-            r.samples += r.cfg.training.batch_size
+            backward(r)
         with torch.no_grad():
             for params in zip(*(r.model.parameters() for r in ranks)):
                 if params[0].grad is None:
@@ -50,6 +45,23 @@ def ddp_reference(settings: dict[str, Any], task: dict[str, Any], nodes: int, sa
         for r in ranks:
             r._clip_and_step()
     return checkpoint_metrics_of(ranks[0].model.state_dict(), settings, task)
+
+
+def backward(t: ShardTrainer) -> None:
+    """ShardTrainer.train_step up to the gradients (no reduce, no step): a full batch of the
+    rank's stream at the schedule's learning rate, counted as a step. Shared by the in-process
+    studies that combine the ranks' gradients themselves (here, scripts/study_sync_adam.py)."""
+    t.model.train()
+    batch = t._next_batch()
+    lr = t.lr_now()
+    for group in t.optimizer.param_groups:
+        group["lr"] = lr
+    t.optimizer.zero_grad(set_to_none=False)
+    loss = t.task.loss(t.model, batch)
+    t.step += 1
+    t.last_batch = t.cfg.training.batch_size
+    t.samples += t.last_batch
+    loss.backward()
 
 
 def checkpoint_metrics_of(state: dict[str, Any], settings: dict[str, Any], task: dict[str, Any]) -> dict[str, float]:
