@@ -20,7 +20,7 @@ from p2pnode.worker.robust import ClipRadius
 CHANNELS = 5
 
 
-def bn_model() -> nn.Module:
+def bn_model() -> nn.Sequential:
     """Linear, BatchNorm, ReLU, Linear (a BatchNorm inside a Sequential: names ``1.running_*``)."""
     return nn.Sequential(nn.Linear(3, CHANNELS), nn.BatchNorm1d(CHANNELS), nn.ReLU(), nn.Linear(CHANNELS, 2))
 
@@ -32,7 +32,7 @@ def data(seed: int, n: int, shift: float) -> np.ndarray:
     return rng.normal(shift, 1.0, size=(n, CHANNELS)) * rng.uniform(0.5, 2.0, size=CHANNELS) + shift
 
 
-def with_statistics(x: np.ndarray, seed: int) -> nn.Module:
+def with_statistics(x: np.ndarray, seed: int) -> nn.Sequential:
     """A model (weights from ``seed``) whose BatchNorm holds ``x``'s per-channel mean and variance."""
     torch.manual_seed(seed)
     model = bn_model()
