@@ -23,33 +23,16 @@ import hashlib
 import itertools
 import os
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from p2pnode.net.bodyfill import BatchedWriter
+from p2pnode.wire.unlink import remove as _remove
 
 #: bodies of this many bytes or more are spooled to a file when the fetch gives a folder: the
 #: size from which a worker keeps its replicas in files (wire/replica.py DISK_FROM)
 SPOOL_FROM = 64 * 1024 * 1024
 _SERIAL = itertools.count()
 
-
-#: removing a big file frees its pages and blocks: 95 ms for a 500 MB one just written, measured
-#: on this machine. Bodies are removed from the event loop's side, so one thread does it.
-_UNLINKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2pnode-spool-unlink")
-
-
-def _unlink_now(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _remove(path: str) -> None:
-    """Remove ``path`` in the unlinking thread (at once, where that thread is gone: at exit)."""
-    try:
-        _UNLINKER.submit(_unlink_now, path)
-    except RuntimeError:
-        _unlink_now(path)
 
 
 class SpooledBody:

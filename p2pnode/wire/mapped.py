@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from p2pnode.wire.msgview import Body
+from p2pnode.wire.unlink import remove, remove_when_unmapped
 
 #: what a decoder calls with an array (a view of the body, or anything else: ignored then) it
 #: has finished with
@@ -52,6 +53,14 @@ class MappedBody:
             return  # not a view of this body (a decoded copy)
         start -= start % mmap.PAGESIZE
         self._mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def remove_when_unmapped(self, path: str) -> None:
+        """Remove the file at ``path`` (this mapping's) once the mapping is gone, in the
+        unlinking thread (wire/unlink.py), whichever thread lets the mapping go."""
+        if self._mm is not None:
+            remove_when_unmapped(self._mm, path)
+        else:
+            remove(path)
 
     def close(self) -> None:
         with contextlib.suppress(BufferError):  # views still alive: unmapped when they go

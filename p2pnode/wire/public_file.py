@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from p2pnode.wire.payload import ModelSpec, PayloadError, TensorSpec
+from p2pnode.wire.unlink import close as close_in_thread
 
 MAGIC = b"P2PXHAT1"
 #: magic, sequence (u64), version (i64), step (i64), loss (f64), spec length (u32)
@@ -148,7 +149,7 @@ class PublicReader:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._fd = os.open(self.path, os.O_RDONLY)
-        self._closer = weakref.finalize(self, os.close, self._fd)
+        self._closer = weakref.finalize(self, close_in_thread, self._fd)  # wire/unlink.py
         head = os.pread(self._fd, _HEAD.size, 0)
         if len(head) != _HEAD.size or head[:8] != MAGIC:
             self.close()

@@ -7,10 +7,12 @@ whole into the daemon's memory (0.8-1x the model, for as long as it was cached).
 goes to a file beside the worker's, a tensor at a time: each tensor is read from the worker's
 file (``pread``), checked, written and hashed, then dropped, and the worker's sequence number
 is read again at the end (a publish under way or done meanwhile: the copy is thrown away and
-tried again, as a read of the whole file was). The finished file is mapped read-only and
-unlinked at once (it lives as long as the mapping: nothing is left behind, even by a crash
-after this point), and the answer streams from the mapping, each slice's pages let go once
-written (net/stream.py ``PartsResponse``, wire/mapped.py). The daemon then holds one tensor
+tried again, as a read of the whole file was). The finished file is mapped read-only, and the
+answer streams from the mapping, each slice's pages let go once written (net/stream.py
+``PartsResponse``, wire/mapped.py). The file keeps its name until the mapping is gone and is
+then removed by the unlinking thread (wire/unlink.py): unlinked at once, as it was, its blocks
+were freed by whoever dropped the mapping last, the event loop (240 ms on this machine's disk
+once). What a crash leaves behind, the next daemon removes (``clean``). The daemon then holds one tensor
 while it encodes and one slice while it streams; the copy's pages are the kernel's page cache.
 """
 
@@ -83,6 +85,7 @@ def write_snapshot(reader: PublicReader, spec: ModelSpec, node_id: str, epoch: s
     digest = hashlib.sha256()
     at = 0
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    mapped: MappedBody | None = None
     try:
         # a Mapping where Snapshot says dict: iter_parts only iterates it and looks tensors up
         for part in iter_parts(Snapshot(header, cast(dict[str, np.ndarray], _Tensors(reader)))):
@@ -95,8 +98,10 @@ def write_snapshot(reader: PublicReader, spec: ModelSpec, node_id: str, epoch: s
         if reader.state()[0] != seq:
             return None
         mapped = MappedBody(fd=fd)
+        mapped.remove_when_unmapped(str(path))
     finally:
         os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # mapped (or thrown away): the file itself is not needed any more
+        if mapped is None:  # thrown away (this is a server thread: its blocks are freed here)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     return version, ReleasingParts([mapped.view], mapped), at, digest.hexdigest()

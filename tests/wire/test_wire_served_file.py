@@ -6,7 +6,9 @@ client gets the body whole, its signature checked."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from p2pnode.wire.codec import encode
 from p2pnode.wire.payload import ModelSpec, Snapshot, TensorSpec
 from p2pnode.wire.public_file import PublicFile, PublicReader
 from p2pnode.wire.served import ServedModel
-from p2pnode.wire.served_file import ReleasingParts, write_snapshot
+from p2pnode.wire.served_file import PATTERN, ReleasingParts, write_snapshot
 
 SPEC = ModelSpec("fpS", [TensorSpec(f"w{i}", (1024, 1024)) for i in range(4)])  # 4 x 4 MiB
 SECRET = b"k" * 32
@@ -44,7 +46,21 @@ def test_the_copy_in_a_file_is_the_snapshot_and_leaves_no_file(tmp_path: Path) -
     want = encode(Snapshot(SPEC.header("snapshot", "me", "e0", 3, base_version=-1, step=step, loss=loss), x))
     assert bytes(result.body) == want
     assert result.snapshot.sha256() == hashlib.sha256(want).hexdigest()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["public.xhat"]  # mapped, and unlinked
+    # the copy keeps its name while it is mapped (so that letting the mapping go frees nothing
+    # on the dropping thread), and goes once the answer and the cache have let it go
+    assert len(list(tmp_path.glob(PATTERN))) == 1
+    del result
+    served.attach(PublicReader(f.path), "e0", 3)  # a new worker's file: the cached copy is dropped
+    gc.collect()
+    _gone(tmp_path)
+
+
+def _gone(folder: Path) -> None:
+    """Only x̂'s file is left in ``folder`` once the unlinking thread has caught up."""
+    deadline = time.monotonic() + 10
+    while sorted(p.name for p in folder.iterdir()) != ["public.xhat"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sorted(p.name for p in folder.iterdir()) == ["public.xhat"]
 
 
 def test_a_publish_during_the_copy_throws_it_away(tmp_path: Path) -> None:
@@ -63,9 +79,12 @@ def test_a_publish_during_the_copy_throws_it_away(tmp_path: Path) -> None:
             return super().tensor(name)
     assert write_snapshot(Moving(f.path), SPEC, "me", "e0", tmp_path) is None
     assert reader.state()[0] == seq + 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["public.xhat"]  # no copy left behind
     made = write_snapshot(reader, SPEC, "me", "e0", tmp_path)
     assert made is not None and made[0] == 5
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["public.xhat"]  # no copy left behind
+    del made
+    gc.collect()
+    _gone(tmp_path)
 
 
 def test_streamed_from_the_mapping_slice_by_slice(tmp_path: Path) -> None:
