@@ -25,3 +25,11 @@ def test_to_thread_work_runs_below_the_loop() -> None:
     assert thread_nice == min(19, loop_nice + bulk_threads.BULK_NICE)
     assert name.startswith("p2pnode-bulk")
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice  # the caller's own is unchanged
+
+
+def test_the_unlinking_thread_runs_below_its_creator() -> None:
+    from p2pnode.wire import unlink
+
+    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    there = unlink._UNLINKER.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(10)
+    assert there == min(19, here + bulk_threads.BULK_NICE)

@@ -30,6 +30,7 @@ from p2pnode.pipe_protocol import (
     send,
 )
 from p2pnode.net.spool import SpooledBody
+from p2pnode.priority import lower_this_thread
 from p2pnode.wire.msgview import Body
 
 log = logging.getLogger("p2pnode.pipe")
@@ -116,7 +117,9 @@ class WorkerPipe:
                 self._conn = None
 
     def _read(self, conn: Connection, inbox: asyncio.Queue[Message | None], loop: asyncio.AbstractEventLoop) -> None:
-        """Blocking reads in a thread; every message is handed to the loop in order."""
+        """Blocking reads in a thread; every message is handed to the loop in order. The thread
+        runs below the loop (a big model's messages are copied here: p2pnode/priority.py)."""
+        lower_this_thread()
         while True:
             try:
                 msg: Message | None = receive(conn)

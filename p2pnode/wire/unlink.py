@@ -17,7 +17,9 @@ import os
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
-_UNLINKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2pnode-unlink")
+from p2pnode.priority import lower_this_thread
+
+_UNLINKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2pnode-unlink", initializer=lower_this_thread)
 
 
 def _unlink_now(path: str) -> None:
