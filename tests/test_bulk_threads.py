@@ -32,4 +32,4 @@ def test_the_unlinking_thread_runs_below_its_creator() -> None:
 
     here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     there = unlink._UNLINKER.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result(10)
-    assert there == min(19, here + bulk_threads.BULK_NICE)
+    assert there >= min(19, here + bulk_threads.BULK_NICE)  # made by a bulk thread: lower still
