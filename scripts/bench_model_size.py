@@ -227,6 +227,15 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
         rec["loop_lag_max_s"] = [s["event_loop"]["lag_max_s"] if s and "event_loop" in s else None for s in last]
         rec["loop_lag_split"] = [s["event_loop"].get("lag_max_split") if s and "event_loop" in s else None
                                  for s in last]
+        # the window's own stalls (the longest above is since the daemon started: its bootstrap,
+        # four workers importing torch and building their models at once): probes late by more
+        # than 100 ms and 250 ms in the window, of all its probes (the lag histogram's buckets)
+        lag = "p2pnode_event_loop_lag_seconds"
+        rec["window_probes"] = [b.get(f"{lag}_count", 0) - a.get(f"{lag}_count", 0) for a, b in zip(m0, m1)]
+        rec["window_stalls"] = [
+            {f">{le}": (b.get(f"{lag}_count", 0) - b.get(f'{lag}_bucket{{le={le}}}', 0))
+             - (a.get(f"{lag}_count", 0) - a.get(f'{lag}_bucket{{le={le}}}', 0)) for le in ("0.1", "0.25")}
+            for a, b in zip(m0, m1)]
         rec["suspicions"] = [metric_sum(b, "p2pnode_membership_suspicions_total") for b in m1]
         rec["exchange_bytes"] = [metric_sum(b, "p2pnode_exchange_received_bytes_total")
                                  - metric_sum(a, "p2pnode_exchange_received_bytes_total") for a, b in zip(m0, m1)]
@@ -300,6 +309,14 @@ def stall_split(rec: dict[str, Any]) -> str:
             f"{1000 * split['waiting_for_cpu_s']:.0f}, off a core {1000 * split['off_cpu_s']:.0f})")
 
 
+def window_stalls(rec: dict[str, Any]) -> str:
+    """The measured window's stalls over 100 ms (and 250 ms), all nodes, of their probes."""
+    if "window_stalls" not in rec:
+        return ""
+    over = [sum(int(w[k]) for w in rec["window_stalls"]) for k in (">0.1", ">0.25")]
+    return f"; in the window {over[0]} over 100 ms, {over[1]} over 250 ms, of {int(sum(rec['window_probes']))} probes"
+
+
 def row(rec: dict[str, Any]) -> list[str]:
     mb = rec["dense_bytes"] / 1e6
     rate = rec.get("raw_rate")
@@ -327,7 +344,7 @@ def row(rec: dict[str, Any]) -> list[str]:
     split = " + ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(top.items()))  # daemon, worker
     cells.append(f"{max(peaks) / 1e9:.2f} GB = {max(peaks) / rec['dense_bytes']:.1f}x ({split})")
     lags = [x for x in rec["loop_lag_max_s"] if x is not None]
-    cells.append(f"{1000 * max(lags):.0f} ms{stall_split(rec)}" if lags else "-")
+    cells.append((f"{1000 * max(lags):.0f} ms{stall_split(rec)}" if lags else "-") + window_stalls(rec))
     cells.append(f"{sum(rec['suspicions']):.0f}")
     writes = [x for xs in rec.get("checkpoint_write_s", []) for x in xs]
     cells.append(f"{statistics.median(writes):.2f} s" if writes else "-")
@@ -347,7 +364,7 @@ def row(rec: dict[str, Any]) -> list[str]:
 HEADER = ["model", "link", "nodes", "raw link rate", "exchanges / node / min (min / median)",
           "longest gap without an exchange", "delta fetch: goodput / raw rate (size)",
           "snapshot fetch: seconds = x size / raw rate (after the bootstraps; settled: after the window)", "peak RSS / node = x float32 model",
-          "longest loop stall", "suspicions", "checkpoint write (median)", "resume: worker running (load)",
+          "longest loop stall (since start)", "suspicions", "checkpoint write (median)", "resume: worker running (load)",
           "the others' start from node 0 (bootstrap)", "DDP all-reduce (gloo) / round"]
 
 
