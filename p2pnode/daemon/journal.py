@@ -90,16 +90,28 @@ async def run(status: Callable[[], dict[str, Any]], state_dir: Path, interval: f
         return
     journal = Journal(state_dir, max_bytes)
 
-    def write() -> None:
+    def line() -> dict[str, Any] | None:
         try:
-            journal.append(record(status()))
-        except (OSError, KeyError, TypeError, ValueError) as exc:  # never stop the node for its journal
+            return record(status())
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("training journal %s: %s", journal.path, exc)
+            return None
+
+    def write(doc: dict[str, Any] | None) -> None:
+        if doc is None:
+            return
+        try:
+            journal.append(doc)
+        except (OSError, TypeError, ValueError) as exc:  # never stop the node for its journal
             log.warning("training journal %s: %s", journal.path, exc)
 
     try:
         while True:
             await asyncio.sleep(interval)
-            write()
+            # the status on the loop (it reads the actors' state), the file in a thread: its open
+            # and write wait for the state folder, where the worker replaces a checkpoint of
+            # gigabytes (a big model's) and the disk frees the old one's blocks
+            await asyncio.to_thread(write, line())
     except asyncio.CancelledError:
-        write()
+        write(line())  # the last line at the stop, where the loop has nothing left to answer
         raise
