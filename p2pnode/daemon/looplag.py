@@ -17,18 +17,33 @@ thread held, or for a page from disk). Each calls for a different remedy, so sta
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Gauge, Histogram
 
+log = logging.getLogger("p2pnode.node")
+
 #: seconds between two wake-ups of the probe
 INTERVAL = 0.05
 #: a late wake-up at least this long is counted as a stall (the 100 ms budget of a ping's answer)
 STALL = 0.1
+#: a stall at least this long is logged (at most once every WARN_EVERY seconds), with its split
+WARN = 0.25
+WARN_EVERY = 60.0
 #: the kernel's per-thread scheduler figures (nanoseconds on a core, waiting for one; slices)
 SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _said(split: dict[str, float]) -> str:
+    if not split:
+        return ""
+    return (f": the loop's thread ran {1000 * split['on_cpu_s']:.0f} ms, waited for a core "
+            f"{1000 * split['waiting_for_cpu_s']:.0f} ms and was off a core {1000 * split['off_cpu_s']:.0f} ms "
+            "(the interpreter lock, the disk) of the probe's last "
+            f"{1000 * split['window_s']:.0f} ms")
 
 
 def sched_times() -> tuple[float, float] | None:
@@ -56,6 +71,8 @@ class LoopLag:
     #: the longest stall's window (the probe's sleep and its lateness) split: on a core, ready
     #: but waiting for one, neither (the lock, the disk, or the loop idle in its sleep)
     longest_split: dict[str, float] = field(default_factory=dict)
+    #: when a stall was last logged (time.monotonic(); at most one line every WARN_EVERY)
+    warned_at: float = -WARN_EVERY
 
     def note(self, late: float, window: float = 0.0, before: tuple[float, float] | None = None,
              after: tuple[float, float] | None = None) -> None:
@@ -67,14 +84,20 @@ class LoopLag:
         self.histogram.observe(late)
         if late >= STALL:
             self.stalls += 1
+        split: dict[str, float] = {}
+        if before is not None and after is not None:
+            ran, waited = after[0] - before[0], after[1] - before[1]
+            split = {"window_s": round(window, 4), "on_cpu_s": round(ran, 4),
+                     "waiting_for_cpu_s": round(waited, 4), "off_cpu_s": round(max(0.0, window - ran - waited), 4)}
         if late > self.longest:
             self.longest = late
             self.max_gauge.set(late)
-            if before is not None and after is not None:
-                ran, waited = after[0] - before[0], after[1] - before[1]
-                self.longest_split = {"window_s": round(window, 4), "on_cpu_s": round(ran, 4),
-                                      "waiting_for_cpu_s": round(waited, 4),
-                                      "off_cpu_s": round(max(0.0, window - ran - waited), 4)}
+            self.longest_split = split
+        now = time.monotonic()
+        if late >= WARN and now - self.warned_at >= WARN_EVERY:
+            self.warned_at = now
+            log.warning("the event loop answered nothing for %.0f ms (pings and requests waited)%s",
+                        1000 * late, _said(split))
 
     async def run(self) -> None:
         while True:
@@ -83,8 +106,9 @@ class LoopLag:
             due = start + self.interval
             await asyncio.sleep(self.interval)
             now = time.monotonic()
-            # the kernel's figures only for a new longest stall (a file read, not every wake-up)
-            after = sched_times() if now - due > self.longest else None
+            # the kernel's figures only for a new longest stall or one to log (a file read, not
+            # every wake-up)
+            after = sched_times() if now - due > min(self.longest, WARN) else None
             self.note(now - due, now - start, before, after)
 
     def status(self) -> dict[str, Any]:
