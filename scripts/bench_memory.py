@@ -175,8 +175,11 @@ def main() -> int:
                lambda: whole.publish(2, 1.0, full=True))
         del whole
     big = "" if dense >= 64 * 1024 * 1024 else " (below the threshold: memory)"
-    genesis = m.part("worker", f"version-0 copy for replicas, in a file{big}",
-                     lambda: keep_genesis(tmp, spec, pub.xhat))
+    def keep() -> object:  # as the worker does (worker/main.py): x̂'s pages let go once it was read
+        kept = keep_genesis(tmp, spec, pub.xhat)
+        pub.let_go()
+        return kept
+    genesis = m.part("worker", f"version-0 copy for replicas, in a file{big}", keep)
     snap = encode(Snapshot(spec.header("snapshot", "peer", "e", 1), {k: v.numpy() for k, v in pub.xhat.items()}))
     m.rows.append(("worker", "(a peer's snapshot as received: the pipe's body, before it was spooled)", len(snap), 0,
                    len(snap)))
