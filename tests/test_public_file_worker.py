@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from smaps import mapped_rss
 from torch import nn
 
 from p2pnode.compression.registry import build_sparsifier
@@ -79,17 +80,6 @@ def test_served_from_the_worker_file_bit_equal(tmp_path: Path, monkeypatch: pyte
     assert sparsifier.readable and all(sparsifier.readable)  # never mid-publish while selecting
 
 
-def _resident(path: Path) -> int:
-    """Bytes of ``path``'s mapping in this process's resident set (/proc/self/smaps)."""
-    lines = Path("/proc/self/smaps").read_text().splitlines()
-    for i, line in enumerate(lines):
-        if line.endswith(str(path)):
-            for follow in lines[i + 1:i + 30]:
-                if follow.startswith("Rss:"):
-                    return 1024 * int(follow.split()[1])
-    raise AssertionError(f"{path} is not mapped")
-
-
 def test_xhat_leaves_the_resident_set_between_publishes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 2048² layer (16 MB) published three times: its x̂ pages are let go after every publish
     (they were all resident before: the selection reads every entry, the update writes 20 % of
@@ -101,7 +91,7 @@ def test_xhat_leaves_the_resident_set_between_publishes(tmp_path: Path, monkeypa
     pub = DeltaPublisher(model, spec, build_sparsifier("topk:density=0.2"), "me", "e0", 0, "float32", tmp_path)
     assert pub.file is not None
     _, path, genesis = pub.hello_fields(0, float("nan"))
-    assert _resident(pub.file.path) < 1 << 20
+    assert 0 <= mapped_rss(pub.file.path) < 1 << 20
     reader = PublicReader(path)
     served = ServedModel(spec, "me", "e0")
     served.attach(reader, "e0", 0, genesis)
@@ -111,9 +101,9 @@ def test_xhat_leaves_the_resident_set_between_publishes(tmp_path: Path, monkeypa
         with torch.no_grad():
             model[0].weight.add_(torch.randn_like(model[0].weight) * 0.01)
         touched = sum(float(x.sum()) for x in pub.xhat.values())  # every page of x̂ read back in
-        assert _resident(pub.file.path) > 15 << 20 and np.isfinite(touched)
+        assert mapped_rss(pub.file.path) > 15 << 20 and np.isfinite(touched)
         served.publish(pub.publish(step + 1, 1.0))
-        assert _resident(pub.file.path) < 1 << 20
+        assert mapped_rss(pub.file.path) < 1 << 20
         replica.apply(decode(served.serve(replica.version, "e0").body, spec))
     got = reader.read(pub.version)
     assert replica.version == pub.version == 3

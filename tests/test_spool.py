@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 from daemon_util import serve_get
+from smaps import mapped_rss
 
 from p2pnode.net.auth import HEADER_RESPONSE_SIG, HEADER_SIG, sign_response
 from p2pnode.net.client import PeerClient, PeerError
@@ -110,13 +111,7 @@ def test_a_spooled_body_is_never_resident_whole(tmp_path: Path) -> None:
     seen: list[int] = []
 
     def resident() -> int:
-        lines = Path("/proc/self/smaps").read_text().splitlines()
-        for i, line in enumerate(lines):
-            if line.endswith(str(path)):
-                for follow in lines[i + 1:i + 30]:
-                    if follow.startswith("Rss:"):
-                        return 1024 * int(follow.split()[1])
-        return 0
+        return mapped_rss(path)
 
     with MappedBody(str(path)) as mapped:
         def release(a: np.ndarray) -> None:
