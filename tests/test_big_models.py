@@ -59,8 +59,8 @@ def test_two_daemons_exchange_a_100m_parameter_model(cluster: Start) -> None:
         counts = s["membership"]["counts"]
         assert counts["suspect"] == 0 and counts["dead"] == 0, counts  # nobody suspected for being busy
         assert "payload too large" not in node.log() and "over the limit" not in node.log()
-    # the 400 MB snapshot b took went through its daemon's spool (net/spool.py), not the pipe
-    assert (b.state_dir / "spool").is_dir()
+    # (the 400 MB snapshot b took went through its daemon's spool, net/spool.py: the folder is
+    # made at every start now, so its presence says nothing; tests/test_spool.py shows the path)
     # the periodic checkpoint of a 400 MB model completes (its deadline follows the model)
     wait_for(lambda: (b.state_dir / "checkpoint.stub").exists(), 60, "b's checkpoint")
     assert (b.state_dir / "checkpoint.stub").stat().st_size > 4 * params
