@@ -58,11 +58,9 @@ class WorkerFailed(RuntimeError):
 #: The daemon's event loop answers pings, health checks and fetches within 100 ms only if it
 #: gets a core when it wakes; a worker computing flat out (a 124M model's top-k publish burns a
 #: core for seconds) otherwise keeps it in the run queue. On a machine of its own the worker
-#: loses nothing: the daemon sleeps nearly all the time. The worker runs below the daemon from
-#: its start: importing torch and building (and checkpointing) a big model at the daemon's
-#: priority kept four 124M nodes' daemons on one 2-core machine waiting 375-410 ms for a core
-#: at once, and a big-model test's health checks up to 0.9 s beside the suite's other tests.
-#: What it costs the worker's start is only what the daemon itself runs meanwhile.
+#: loses nothing: the daemon sleeps nearly all the time. The worker starts (imports torch,
+#: builds its model) at the daemon's priority, so that its start-up (35 s for a torch worker on a
+#: loaded 2-core machine) is not slowed further.
 WORKER_NICE = 5
 
 
@@ -124,8 +122,6 @@ class WorkerSupervisor:
                                        self.node_id),
                                  name="p2pnode-worker", daemon=True)
         self._proc.start()
-        if self._proc.pid is not None:
-            lower_priority(self._proc.pid)  # from its start: its torch import and model build too
         child.close()
         self.pipe.attach(parent)
 
@@ -256,7 +252,7 @@ class WorkerSupervisor:
         s.step, s.samples, s.fingerprint, s.epoch = msg.step, msg.samples, msg.fingerprint, msg.epoch
         s.resumed, s.params, s.published_version, s.worker_alive = msg.resumed, msg.params, msg.version, True
         if self._proc is not None and self._proc.pid is not None:
-            lower_priority(self._proc.pid)  # and every thread it has made since (already lower: kept)
+            lower_priority(self._proc.pid)  # it has started: it trains below the daemon
         s.classes = list(msg.classes)
         s.batchnorm_layers = msg.batchnorm
         s.optimizer, s.adaptive = msg.optimizer, msg.adaptive
