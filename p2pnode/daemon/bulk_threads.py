@@ -15,20 +15,15 @@ left, and on an idle machine nothing changes. The worker pipe's reader and the u
 from __future__ import annotations
 
 import asyncio
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 from p2pnode.priority import BULK_NICE, lower_this_thread
 
 __all__ = ["BULK_NICE", "install"]
 
-#: threads at most, as asyncio's own default executor has
-MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
-
-
 def install(loop: asyncio.AbstractEventLoop) -> ThreadPoolExecutor:
     """Make ``loop``'s default executor (``asyncio.to_thread``) one whose threads run below it."""
-    executor = ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="p2pnode-bulk",
-                                  initializer=lower_this_thread)
+    # as many threads at most as asyncio's own default executor (ThreadPoolExecutor's default)
+    executor = ThreadPoolExecutor(thread_name_prefix="p2pnode-bulk", initializer=lower_this_thread)
     loop.set_default_executor(executor)
     return executor

@@ -15,38 +15,38 @@ import contextlib
 import mmap
 import os
 import weakref
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from p2pnode.priority import lower_this_thread
 
 _UNLINKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2pnode-unlink", initializer=lower_this_thread)
 
 
-def _unlink_now(path: str) -> None:
+def _quietly(op: Callable[[Any], object], arg: Any) -> None:
     with contextlib.suppress(OSError):
-        os.unlink(path)
+        op(arg)
+
+
+def _in_thread(op: Callable[[Any], object], arg: Any) -> None:
+    """``op(arg)`` in the unlinking thread (at once, where that thread is gone: at exit), an
+    OSError ignored (the file is gone already)."""
+    try:
+        _UNLINKER.submit(_quietly, op, arg)
+    except RuntimeError:
+        _quietly(op, arg)
 
 
 def remove(path: str) -> None:
-    """Remove ``path`` in the unlinking thread (at once, where that thread is gone: at exit)."""
-    try:
-        _UNLINKER.submit(_unlink_now, path)
-    except RuntimeError:
-        _unlink_now(path)
-
-
-def _close_now(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
+    """Remove ``path`` in the unlinking thread."""
+    _in_thread(os.unlink, path)
 
 
 def close(fd: int) -> None:
     """Close ``fd`` in the unlinking thread: it may hold the last reference to a file removed
     meanwhile (a worker's x̂ file that a restarted worker replaced), whose blocks go then."""
-    try:
-        _UNLINKER.submit(_close_now, fd)
-    except RuntimeError:
-        _close_now(fd)
+    _in_thread(os.close, fd)
 
 
 def remove_when_unmapped(mapping: mmap.mmap, path: str) -> weakref.finalize:
