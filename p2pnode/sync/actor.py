@@ -136,10 +136,14 @@ class SyncActor:
         as every node's worker resolves it: sync/values.py ``resolve``)."""
         return resolve(self.cfg.exchange.sync_values, bool(self.adaptive()))
 
+    def _values_unknown(self) -> bool:
+        """Whether the values are "auto" and our worker has not yet said (its hello) which
+        optimizer it trains with, which decides them; nothing is sent until then."""
+        return self.cfg.exchange.sync_values == "auto" and self.adaptive() is None
+
     def _status_values(self) -> str:
-        """What status says of the values: "auto" is not resolved before our worker's hello has
-        said which optimizer it trains with (nothing is sent until then)."""
-        if self.cfg.exchange.sync_values == "auto" and self.adaptive() is None:
+        """What status says of the values (``_values_unknown``: not resolved yet)."""
+        if self._values_unknown():
             return "auto (the worker has not said its optimizer yet)"
         return self._values()
 
@@ -395,7 +399,7 @@ class SyncActor:
             refusal = self.member_check(request)
             if refusal is not None:
                 return refusal
-        if self.cfg.exchange.sync_values == "auto" and self.adaptive() is None:
+        if self._values_unknown():
             # the values follow our worker's optimizer, known from its hello: a reducer whose
             # worker is still starting would refuse the others' int8 as malformed int4
             try:

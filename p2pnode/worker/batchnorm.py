@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from torch import nn
@@ -26,7 +26,12 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 def batchnorm_layers(model: nn.Module) -> list[_BatchNorm]:
     """The model's BatchNorm layers that keep running statistics."""
-    return [m for m in model.modules() if isinstance(m, _BatchNorm) and m.track_running_stats]
+    return [m for m in model.modules() if _tracks(m)]
+
+
+def _tracks(m: nn.Module) -> TypeGuard[_BatchNorm]:
+    """A BatchNorm layer that keeps running statistics."""
+    return isinstance(m, _BatchNorm) and m.track_running_stats
 
 
 def statistics_names(model: nn.Module) -> list[tuple[str, str]]:
@@ -36,7 +41,7 @@ def statistics_names(model: nn.Module) -> list[tuple[str, str]]:
     name, as ``floating_state`` sends a shared tensor."""
     names = []
     for prefix, m in model.named_modules():
-        if isinstance(m, _BatchNorm) and m.track_running_stats:
+        if _tracks(m):
             dot = f"{prefix}." if prefix else ""
             names.append((f"{dot}running_mean", f"{dot}running_var"))
     return names
