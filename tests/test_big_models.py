@@ -142,3 +142,23 @@ def test_a_peer_trickling_its_model_is_cut_off(cluster: Start, fake_peer: Callab
     assert rec["ok"] == 0 and ("too slow" in rec["last_error"] or "not complete within" in rec["last_error"]), rec
     assert time.monotonic() - started < 40
     assert fake.model_gets >= 3
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_between_periodic_checkpoints_is_clean(cluster: Start) -> None:
+    """Stopped while the checkpointer asks for a checkpoint every 0.1 s (each takes a few tenths
+    of a second at this size), a node writes its final checkpoint and says nothing failed: a
+    periodic checkpoint asked during the stop waited behind it and was never answered ("did not
+    complete"), and the node's last cleanup told the exiting worker to stop again ("did not stop
+    cleanly"). Three stops, each at another point of the checkpointer's cycle."""
+    a = cluster("a", extra=big(40_000_000, "--set", "checkpoint.interval=0.1"))
+    for i in range(3):
+        if i:
+            a.start()
+        a.wait_ready(60)
+        time.sleep(0.4 + 0.3 * i)
+        assert a.stop(60) == 0
+        assert "stopped cleanly" in a.log().split("shutting down")[-1]
+    log = a.log()
+    assert "periodic checkpoint did not complete" not in log and "did not stop cleanly" not in log, log[-3000:]
+    assert log.count("(resumed from checkpoint)") == 2  # each restart took the final checkpoint

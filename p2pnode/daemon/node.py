@@ -199,11 +199,16 @@ class Node:
         interval = self.cfg.checkpoint.interval
         while True:
             await asyncio.sleep(interval if interval > 0 else 3600)
-            if interval > 0 and self.supervisor.state.worker_alive:
+            # once the node is stopping, the stop writes the final checkpoint: a periodic one
+            # asked for now would wait behind it and never be answered by the exiting worker
+            if interval > 0 and self.supervisor.state.worker_alive and not self.stop_event.is_set():
                 try:
                     await self.supervisor.pipe.checkpoint()
                 except (TimeoutError, ConnectionError, OSError) as exc:
-                    log.warning("periodic checkpoint did not complete: %r", exc)
+                    if self.stop_event.is_set():  # asked before the stop, then left to the final one
+                        log.info("periodic checkpoint left to the final one (%r)", exc)
+                    else:
+                        log.warning("periodic checkpoint did not complete: %r", exc)
             if self.membership is not None:
                 await self._remember_members(self.membership.hints())
 

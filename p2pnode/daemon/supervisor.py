@@ -95,6 +95,12 @@ class WorkerSupervisor:
         self._proc: mp.process.BaseProcess | None = None
         self._stopping = False
         self._consuming = False  # run() is reading the worker's messages
+        #: the current worker's end of the pipe is closed (it exited, or is exiting): nothing
+        #: more can be said to it, only its exit awaited
+        self._pipe_closed = False
+        #: the current worker answered a Stop: a second stop() (the node's last cleanup, after the
+        #: stop that wrote the final checkpoint) only waits for its exit
+        self._stop_answered = False
         self._advised_batchnorm = False  # the BatchNorm advice is logged once a daemon life
         #: where messages this supervisor does not route go (a mode's own: Mode.on_message); None: dropped
         self.on_message: Callable[[Message], Awaitable[None]] | None = None
@@ -130,6 +136,7 @@ class WorkerSupervisor:
         while True:
             self._start_worker()
             started = time.monotonic()
+            self._pipe_closed = self._stop_answered = False
             self._consuming = True
             try:
                 while (msg := await self.pipe.receive()) is not None:
@@ -143,6 +150,7 @@ class WorkerSupervisor:
                         break
             finally:
                 self._consuming = False
+                self._pipe_closed = True
                 self.state.worker_alive = False
                 self.pipe.fail_pending(ConnectionError("worker exited"))
             proc = self._proc
@@ -297,11 +305,15 @@ class WorkerSupervisor:
         if proc is None:
             return
         grace = 2.0  # for the worker's exit after its reply
-        if self.pipe.attached and proc.is_alive():
+        # A worker that answered a Stop, or whose pipe has closed, is exiting: writing to it
+        # would fail with a broken pipe and say "did not stop cleanly" of a clean stop (seen when
+        # the node's last cleanup stopped a worker that had just answered the first stop).
+        if self.pipe.attached and proc.is_alive() and not (self._stop_answered or self._pipe_closed):
             try:
                 stop = Stop(checkpoint=checkpoint, token=self.pipe.token())
                 if self._consuming:
                     await self.pipe.request(stop, timeout)
+                    self._stop_answered = True
                 else:  # run() was cancelled: nobody reads the reply, the worker's exit is the answer
                     async with asyncio.timeout(timeout):  # not wait_for: it can drop a cancellation (3.11)
                         await self.pipe.send(stop)
