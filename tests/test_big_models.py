@@ -144,6 +144,7 @@ def test_a_peer_trickling_its_model_is_cut_off(cluster: Start, fake_peer: Callab
     assert fake.model_gets >= 3
 
 
+@pytest.mark.beside_clusters  # one stub node: off the training clusters' worker, which is the suite's longest
 @pytest.mark.timeout(120)
 def test_a_stop_between_periodic_checkpoints_is_clean(cluster: Start) -> None:
     """Stopped while the checkpointer asks for a checkpoint every 0.1 s (each takes a few tenths
