@@ -306,7 +306,9 @@ def stall_split(rec: dict[str, Any]) -> str:
     if not split:
         return ""
     return (f" (of {1000 * split['window_s']:.0f} ms: ran {1000 * split['on_cpu_s']:.0f}, waited for a core "
-            f"{1000 * split['waiting_for_cpu_s']:.0f}, off a core {1000 * split['off_cpu_s']:.0f})")
+            f"{1000 * split['waiting_for_cpu_s']:.0f}, off a core {1000 * split['off_cpu_s']:.0f}"
+            + (f"; the hypervisor took {1000 * split['stolen_s']:.0f} of the machine's cores"
+               if split.get("stolen_s") else "") + ")")
 
 
 def window_stalls(rec: dict[str, Any]) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 
 import pytest
 
 from prometheus_client import CollectorRegistry
 
-from p2pnode.daemon.looplag import LoopLag
+from p2pnode.daemon.looplag import LoopLag, stolen
 from p2pnode.daemon.metrics import NodeMetrics
 
 
@@ -77,3 +78,34 @@ def test_a_long_stall_is_logged_once_with_its_split(caplog: pytest.LogCaptureFix
         asyncio.run(main())
     said = [r.getMessage() for r in caplog.records if "event loop answered nothing" in r.getMessage()]
     assert len(said) == 1 and "off a core" in said[0], said
+
+
+def test_the_split_says_what_the_hypervisor_took(caplog: pytest.LogCaptureFixture) -> None:
+    """The machine's steal time (/proc/stat) over the stall's window is in the split and, when
+    there was any, in the logged line: a whole guest stalled by its host reads as "ran" or
+    "waited for a core" in the thread's own counts."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    now = stolen()
+    assert now is not None and abs(now - int(fields[8]) / 100) < 0.5, (now, fields)
+
+    m = NodeMetrics(CollectorRegistry())
+    lag = LoopLag(m.loop_lag, m.loop_lag_max, interval=0.01)
+    with caplog.at_level(logging.WARNING, logger="p2pnode.node"):
+        lag.note(0.3, 0.31, (1.0, 2.0), (1.05, 2.2), steal=0.12)
+    split = lag.status()["lag_max_split"]
+    assert split["stolen_s"] == 0.12 and split["on_cpu_s"] == 0.05 and split["waiting_for_cpu_s"] == 0.2, split
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "the hypervisor took 120 ms" in said[0], said
+
+    async def main() -> None:  # the probe itself reads it around a real stall
+        probe = asyncio.create_task(lag2.run())
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)
+        await asyncio.sleep(0.05)
+        probe.cancel()
+    m2 = NodeMetrics(CollectorRegistry())
+    lag2 = LoopLag(m2.loop_lag, m2.loop_lag_max, interval=0.01)
+    asyncio.run(main())
+    split2 = lag2.status()["lag_max_split"]
+    assert 0.0 <= split2["stolen_s"] <= 2 * split2["window_s"] * (os.cpu_count() or 1), split2

@@ -12,6 +12,9 @@ for the loop's thread (``/proc/thread-self/schedstat``): seconds it ran (the loo
 seconds it was ready but waited for a core (a busy machine: the trainers, other daemons), and
 the rest, off a core without being ready (its wait for the interpreter lock, which another
 thread held, or for a page from disk). Each calls for a different remedy, so status says which.
+On a virtual machine the host may also take the machine's cores away ("steal": the whole guest
+stalls, and a thread "on a core" or "ready" then was not running at all); the split says how much
+of the window the hypervisor took, from ``/proc/stat``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ WARN = 0.25
 WARN_EVERY = 60.0
 #: the kernel's per-thread scheduler figures (nanoseconds on a core, waiting for one; slices)
 SCHEDSTAT = "/proc/thread-self/schedstat"
+#: the machine's CPU times; the 8th figure of its first line is the time the hypervisor took
+PROC_STAT = "/proc/stat"
+#: the kernel's unit for /proc/stat (USER_HZ: 100 on every Linux architecture p2pnode runs on)
+USER_HZ = 100
 
 
 def _said(split: dict[str, float]) -> str:
@@ -43,7 +50,9 @@ def _said(split: dict[str, float]) -> str:
     return (f": the loop's thread ran {1000 * split['on_cpu_s']:.0f} ms, waited for a core "
             f"{1000 * split['waiting_for_cpu_s']:.0f} ms and was off a core {1000 * split['off_cpu_s']:.0f} ms "
             "(the interpreter lock, the disk) of the probe's last "
-            f"{1000 * split['window_s']:.0f} ms")
+            f"{1000 * split['window_s']:.0f} ms"
+            + (f"; the hypervisor took {1000 * split['stolen_s']:.0f} ms of the machine's cores meanwhile"
+               if split.get("stolen_s") else ""))
 
 
 def sched_times() -> tuple[float, float] | None:
@@ -54,6 +63,17 @@ def sched_times() -> tuple[float, float] | None:
             ran, waited, _ = f.read().split()
         return int(ran) / 1e9, int(waited) / 1e9
     except (OSError, ValueError):
+        return None
+
+
+def stolen() -> float | None:
+    """Core-seconds the hypervisor has taken from this machine (all its cores) since boot; None
+    where the kernel says nothing of it (not a virtual machine's kernel, or no /proc)."""
+    try:
+        with open(PROC_STAT, "rb") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / USER_HZ
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -75,9 +95,10 @@ class LoopLag:
     warned_at: float = -WARN_EVERY
 
     def note(self, late: float, window: float = 0.0, before: tuple[float, float] | None = None,
-             after: tuple[float, float] | None = None) -> None:
+             after: tuple[float, float] | None = None, steal: float | None = None) -> None:
         """One wake-up ``late`` seconds after it was due; ``before`` and ``after``: the thread's
-        :func:`sched_times` around the ``window`` seconds from the sleep to the wake-up."""
+        :func:`sched_times` around the ``window`` seconds from the sleep to the wake-up;
+        ``steal``: the machine's core-seconds the hypervisor took in that window (:func:`stolen`)."""
         late = max(0.0, late)
         self.samples += 1
         self.last = late
@@ -89,6 +110,8 @@ class LoopLag:
             ran, waited = after[0] - before[0], after[1] - before[1]
             split = {"window_s": round(window, 4), "on_cpu_s": round(ran, 4),
                      "waiting_for_cpu_s": round(waited, 4), "off_cpu_s": round(max(0.0, window - ran - waited), 4)}
+            if steal is not None:
+                split["stolen_s"] = round(max(0.0, steal), 4)
         if late > self.longest:
             self.longest = late
             self.max_gauge.set(late)
@@ -101,15 +124,19 @@ class LoopLag:
 
     async def run(self) -> None:
         while True:
-            before = sched_times()
+            before, steal_before = sched_times(), stolen()
             start = time.monotonic()
             due = start + self.interval
             await asyncio.sleep(self.interval)
             now = time.monotonic()
             # the kernel's figures only for a new longest stall or one to log (a file read, not
             # every wake-up)
-            after = sched_times() if now - due > min(self.longest, WARN) else None
-            self.note(now - due, now - start, before, after)
+            after, steal = None, None
+            if now - due > min(self.longest, WARN):
+                after, steal_after = sched_times(), stolen()
+                if steal_before is not None and steal_after is not None:
+                    steal = steal_after - steal_before
+            self.note(now - due, now - start, before, after, steal)
 
     def status(self) -> dict[str, Any]:
         return {"lag_max_s": round(self.longest, 4), "lag_last_s": round(self.last, 4),
