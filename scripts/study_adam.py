@@ -49,6 +49,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "diloco4-avg": {"outer": True, "robust": "none", "outer_lr": 1.0, "outer_mom": 0.0},
     "allmean1": {"allmean": True, "every": 1},
     "allmean1-sgd": {"allmean": True, "every": 1, "optimizer": "sgd"},
+    "allmean4": {"allmean": True, "every": 4},
+    "fanall": {"fanall": True},
+    "fanall2": {"fanall": True, "every": 2},
+    "fanall-dense": {"fanall": True, "density": 1.0},
+    "fanall-f32": {"fanall": True, "density": 1.0, "dtype": "float32"},
     "mdamp": {"m_damp": True},
     "sgd": {"optimizer": "sgd"},
     "sgd-dense": {"optimizer": "sgd", "density": 1.0},
@@ -85,6 +90,13 @@ def run(task: dict[str, Any], settings: dict[str, Any], nodes: int, samples: int
                     m = torch.stack([p for p in ps]).mean(0)
                     for p in ps:
                         p.copy_(m)
+            continue
+        if opt.get("fanall"):  # every other node's public copy, one after another: their mean
+            for p in pubs:
+                p.publish(0, 0.0)
+            for i, t in enumerate(trainers):
+                for nth, j in enumerate(k for k in range(nodes) if k != i):
+                    average_into(t.model, dict(pubs[j].xhat.items()), 1.0 / (nth + 2))
             continue
         for i, t in enumerate(trainers):
             off = 1 << (rnd % max(1, (nodes - 1).bit_length()))

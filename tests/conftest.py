@@ -39,7 +39,7 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable
 # ``beside_clusters`` and runs on either worker.
 TRAINING_CLUSTERS = {"test_big_models.py", "test_tasks_cluster.py", "test_cluster.py", "test_poisoned_peer.py", "test_sync_mode.py",
                      "test_consensus.py", "test_restart_finished.py", "test_ps_mode.py",
-                     "test_divergence_daemon.py"}
+                     "test_divergence_daemon.py", "test_adaptive_gossip.py"}
 
 
 @pytest.hookimpl(wrapper=True)

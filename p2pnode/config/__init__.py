@@ -13,6 +13,8 @@ with code 2. None of it imports torch (the daemon process never loads it).
 - ``load.py``: TOML, ``--set`` and merging, decoded by msgspec; its messages made one line
 - ``checks.py``: ``validate``: names against their tables, grammars, rules between keys
 - ``mode_rule.py``: ``exchange.sync = "auto"`` resolved to gossip or the synchronous mode, and why
+- ``adaptive_gossip.py``: what gossip publishes and fetches for an adaptive optimizer
+  (``exchange.adaptive_gossip``)
 """
 
 from __future__ import annotations

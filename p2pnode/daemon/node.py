@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from p2pnode import __version__
-from p2pnode.config import Config, mode_rule, parse_hostport
+from p2pnode.config import Config, adaptive_gossip, mode_rule, parse_hostport
 from p2pnode.dashboard import routes as dashboard
 from p2pnode.daemon import bulk_threads, early_signals, identity, journal, notify, start_gate
 from p2pnode.exchange.rounds import Exchange
@@ -147,11 +147,15 @@ class Node:
             "config": {"task": self.cfg.training.task or "builtin", "model": self.cfg.training.model,
                        "data": self.cfg.training.data,
                        "shard": self.cfg.training.shard, "averaging": self.cfg.exchange.averaging,
-                       "gradient": self.cfg.compression.gradient, "publish": self.cfg.compression.publish,
+                       "gradient": self.cfg.compression.gradient,
+                       # as the worker publishes and the rounds fetch (config/adaptive_gossip.py)
+                       "publish": adaptive_gossip.publish_spec(self.cfg, st.adaptive),
+                       "peers_per_round": adaptive_gossip.peers_per_round(self.cfg, st.adaptive),
                        "membership": self.cfg.membership.protocol},
             "training": self.supervisor.state.to_json(),
             # the mode, the setting and why (config/mode_rule.py), with what the worker knows
-            "mode": mode_rule.status(mode_rule.choose(self.cfg), st.optimizer, st.adaptive, st.classes),
+            "mode": {**mode_rule.status(mode_rule.choose(self.cfg), st.optimizer, st.adaptive, st.classes),
+                     "adaptive_gossip": adaptive_gossip.said(self.cfg, st.adaptive)},
             "served_model": self.supervisor.model.status(),
             "exchanges": ex["totals"],
             "bootstrapped_from": ex["bootstrapped_from"],

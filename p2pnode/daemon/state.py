@@ -114,6 +114,11 @@ class StepClock:
         return self._state.epoch
 
     @property
+    def adaptive(self) -> bool:
+        """The worker's optimizer adapts each coordinate's step (its hello; False before it)."""
+        return self._state.adaptive
+
+    @property
     def resumed(self) -> bool:
         """The current worker started from a checkpoint."""
         return self._state.resumed

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 from p2pnode import worker as worker_process
 from p2pnode.config import CompressionConfig, Config
+from p2pnode.config import adaptive_gossip
 from p2pnode.config.mode_rule import sync_of
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
@@ -264,6 +265,8 @@ class WorkerSupervisor:
         s.classes = list(msg.classes)
         s.batchnorm_layers = msg.batchnorm
         s.optimizer, s.adaptive = msg.optimizer, msg.adaptive
+        if (line := adaptive_gossip.said(self.cfg, msg.adaptive)) and not msg.resumed:
+            log.info("%s", line)
         self._advise_batchnorm(msg.batchnorm)
         self.metrics.published_version.set(msg.version)
         await self.clock.tick()  # a new life: the exchange forgets its replica versions

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from p2pnode.config import Config
+from p2pnode.config.adaptive_gossip import peers_per_round
 from p2pnode.exchange.bootstrap import (
     LONE_WAIT_S,
     MAX_VOTES,
@@ -190,7 +191,7 @@ class Exchange:
                     finally:
                         slots.release()
                     continue
-                chosen = self.selector.choose_many(peers, self.round, x.peers_per_round)
+                chosen = self.selector.choose_many(peers, self.round, peers_per_round(self.cfg, self.clock.adaptive))
                 self.round += len(chosen)
                 self.busy.update(p.node_id for p in chosen)
                 if x.pipeline:

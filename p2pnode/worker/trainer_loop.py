@@ -15,13 +15,14 @@ from typing import Any
 from p2pnode import checkpoint
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
+from p2pnode.config.adaptive_gossip import publish_spec
 from p2pnode.models import fingerprint
 from p2pnode.pipe_protocol import Evaluated, Hello
 from p2pnode.wire.replica import replica_folder
 from p2pnode.wire.payload import ModelSpec
 from p2pnode.worker.process import WorkerLoop
 from p2pnode.worker.public import DeltaPublisher, floating_state
-from p2pnode.worker.training import ShardTrainer
+from p2pnode.worker.training import ADAPTIVE, ShardTrainer
 
 log = logging.getLogger("p2pnode.worker")
 
@@ -61,7 +62,10 @@ class TrainerLoop(WorkerLoop):
             self.resume_extra(state)
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
-        self.public = DeltaPublisher(model, self.spec, build_sparsifier(cfg.compression.publish), node_id,
+        #: what x̂'s publishes keep (compression.publish, or every entry for an adaptive optimizer's
+        #: gossip: config/adaptive_gossip.py)
+        self.publish_spec = publish_spec(cfg, isinstance(self.trainer.optimizer, ADAPTIVE))
+        self.public = DeltaPublisher(model, self.spec, build_sparsifier(self.publish_spec), node_id,
                                      secrets.token_hex(6), version, cfg.compression.value_dtype,
                                      replica_folder(cfg.node.state_dir))
 
