@@ -59,12 +59,10 @@ VARIANTS: dict[str, list[str]] = {
     "sync-i4": ["--set", "exchange.sync=powersgd", "--set", "exchange.sync_values=int4"],
     "every1": ["--set", "exchange.every=1", "--set", "compression.publish_every=1"],
     "gossip": ["--set", "exchange.sync=none"],
-    # gossip with every other node's whole public copy (int8) a round: what an adaptive optimizer,
-    # which moves every coordinate each step, needs of the copies (scripts/study_adam.py, fanall-dense)
-    "gossip-all-dense": ["--set", "exchange.sync=none", "--set", "exchange.peers_per_round=2",
-                         "--set", "compression.publish=topk:density=1.0"],
-    "gossip-all-dense-every2": ["--set", "exchange.sync=none", "--set", "exchange.peers_per_round=2",
-                                "--set", "compression.publish=topk:density=1.0", "--set", "exchange.every=2"],
+    # gossip as it was for an adaptive optimizer before exchange.adaptive_gossip (one peer's
+    # top-10 % copy a round), beside "gossip" (whole copies from 2 peers for AdamW tasks)
+    "gossip-sparse": ["--set", "exchange.sync=none", "--set", "exchange.adaptive_gossip=off"],
+    "gossip-every2": ["--set", "exchange.sync=none", "--set", "exchange.every=2"],
 }
 
 
