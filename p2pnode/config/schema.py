@@ -176,9 +176,9 @@ class ExchangeConfig(Table):
     #: gossip for a task whose optimizer is adaptive (AdamW, Adam...: it moves every coordinate
     #: each step, so a top-10 % public copy lags far behind the model): "auto" publishes every
     #: entry (compression.publish = "topk:density=1.0") and fetches 2 peers a round, where those
-    #: two keys are left at their defaults; "off" keeps them as they are. Measured on AdamW
-    #: tasks: a byte LM's cluster from below a node alone to above it, a regression's from 0.16
-    #: to over half the way from a node alone to all-reduce (p2pnode/config/adaptive_gossip.py)
+    #: two keys are left at their defaults; "off" keeps them as they are. Over five seeds of two
+    #: AdamW tasks it halved gossip's gap to all-reduce, at 7-9x the bytes (a byte LM's cluster
+    #: had ended below a node alone on every seed; p2pnode/config/adaptive_gossip.py)
     adaptive_gossip: Literal["auto", "off"] = "auto"
     #: fetch the next round's peer while the last payload is still being applied (at most two
     #: rounds in flight, never two with the same peer): fresher models on slow links

@@ -50,8 +50,8 @@ def build_optimizer(name: str, model: torch.nn.Module, lr: float, momentum: floa
 
 def advise_adaptive(optimizer: torch.optim.Optimizer, cfg: Config) -> bool:
     """Say once in the log, for a gossip node whose task brings an adaptive optimizer (AdamW...),
-    what was measured: such a cluster ends barely above one node alone, the synchronous mode
-    near the all-reduce reference; and what would pick the synchronous mode (a cluster secret,
+    what was measured: such a cluster ends far from the all-reduce reference even with whole
+    copies from two peers (config/adaptive_gossip.py), the synchronous mode near it; and what would pick the synchronous mode (a cluster secret,
     under exchange.sync = "auto"). Returns whether it said so."""
     choice = choose(cfg)
     if not isinstance(optimizer, ADAPTIVE) or choice.name != "gossip":
