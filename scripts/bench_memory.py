@@ -115,6 +115,8 @@ def main() -> int:
     ap.add_argument("--task", choices=["sizetask", "gpt2"], default="sizetask")
     ap.add_argument("--optimizer", choices=["sgd", "adamw"], default="sgd")
     ap.add_argument("--replicas", type=int, default=3, help="peers' replicas held (a 4-node cluster: 3)")
+    ap.add_argument("--whole-copies", action="store_true",
+                    help="also a publish of every entry in int8, what gossip publishes for an adaptive optimizer")
     ap.add_argument("--whole-publish", action="store_true",
                     help="also a whole publish (every entry, float32: what a node sends once after its bootstrap)")
     add_output_args(ap, SECTION)
@@ -125,6 +127,7 @@ def main() -> int:
     torch.set_num_threads(1)
     torch_file = rss()["RssFile"] - base["RssFile"]
     from p2pnode.compression.registry import build_sparsifier
+    from p2pnode.config.adaptive_gossip import WHOLE
     from p2pnode.wire.codec import encode
     from p2pnode.wire.mapped import peer_body
     from p2pnode.wire.payload import ModelSpec, Snapshot
@@ -165,6 +168,16 @@ def main() -> int:
         for p in model.parameters():
             p.add_(torch.randn_like(p), alpha=1e-3)
     published = m.part("worker", "a publish (top-10 %, int8: transient)", lambda: pub.publish(1, 1.0))
+    if args.whole_copies:  # an adaptive optimizer's gossip publishes every entry (config/adaptive_gossip.py)
+        copies = m.part("worker", f"public copy x̂ for whole copies ({WHOLE}), {where}", lambda: DeltaPublisher(
+            model, spec, build_sparsifier(WHOLE), "me", secrets.token_hex(6), 0, "int8", tmp / "whole"))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p), alpha=1e-3)  # every entry moves, as AdamW moves them
+        m.part("worker", f"a publish of every entry ({WHOLE}, int8: an adaptive optimizer's gossip, transient)",
+               lambda: copies.publish(1, 1.0))
+        copies.let_go()
+        del copies
     if args.whole_publish:  # what a node publishes once after adopting a peer's model (its bootstrap)
         whole = DeltaPublisher(model, spec, build_sparsifier("topk:density=0.1"), "me", secrets.token_hex(6), 0,
                                "int8")  # in memory: the file's pages would be counted here too

@@ -156,3 +156,31 @@ def test_cnn_publish_is_exact_topk_byte_for_byte() -> None:
             for p in model.parameters():
                 p.add_(torch.randn(p.shape, generator=g) * 0.01)
         assert sized.publish(v + 1, 0.5) == exact.publish(v + 1, 0.5)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32"])
+def test_a_publish_of_every_entry_sends_a_range_and_keeps_replicas_bit_equal(dtype: str) -> None:
+    """top-k at density 1 (an adaptive optimizer's gossip, config/adaptive_gossip.py): every
+    entry goes, rounded to the wire's values, zeros and all, its indices one shared range (no
+    index array, gather or mask per tensor: these held twice the model's float32 bytes); x_hat
+    moves by exactly what the wire carries, and what rounding left behind stays owed."""
+    model = big_model()
+    spec = ModelSpec.from_state_dict(floating_state(model), "fp-big")
+    pub = DeltaPublisher(model, spec, build_sparsifier("topk:density=1.0"), "me", "e0", 0, dtype)
+    assert pub.every_entry
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.01)
+        model[0].weight[0, :100] = model[0].weight[0, :100] * 0 + pub.xhat["0.weight"][:100].view(1, 100)  # not moved
+    before = {n: x.clone() for n, x in pub.xhat.items()}
+    delta = decode(pub.publish(1, 1.0), spec)
+    for name, x in pub.xhat.items():
+        idx, vals = delta.entries[name]
+        assert np.array_equal(np.asarray(idx), np.arange(x.numel())), name  # every entry, in order
+        assert np.array_equal(x.numpy(), before[name].numpy() + np.asarray(vals, np.float32)), name
+        owed = (floating_state(model)[name].detach().reshape(-1) - x).numpy()
+        moved = (floating_state(model)[name].detach().reshape(-1) - before[name]).numpy()
+        assert np.all(np.abs(owed) <= np.abs(moved) + 1e-7), name  # at most rounding left owed
+    assert np.all(np.asarray(delta.entries["0.weight"][1])[:100] == 0)  # the unmoved entries: zeros
+    assert pub.counts == (N + 8200, N + 8200, N + 8200)

@@ -42,13 +42,20 @@ def round_int8(values: np.ndarray) -> np.ndarray:
     return np.ldexp(np.rint(np.ldexp(a, -e)), e).astype(np.float32)
 
 
+def rounded(values: np.ndarray, value_dtype: str) -> np.ndarray:
+    """Values rounded to what ``value_dtype`` carries (float16, or int8's k * 2**e), as float32;
+    float32: unchanged. Whoever keeps an x_hat adds exactly these values."""
+    if value_dtype == "float32":
+        return values
+    v = np.asarray(values, np.float32)
+    return round_int8(v) if value_dtype == "int8" else v.astype(np.float16).astype(np.float32)
+
+
 def round_for_wire(idx: np.ndarray, values: np.ndarray, value_dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """A delta entry's values rounded to what ``value_dtype`` carries (float16, or int8's
-    k * 2**e), and the entries that rounded to zero dropped (nothing to send, nothing to add).
-    Whoever keeps an x_hat adds exactly these values. float32: unchanged."""
+    """A delta entry's values :func:`rounded`, and the entries that rounded to zero dropped
+    (nothing to send, nothing to add). float32: unchanged."""
     if value_dtype == "float32":
         return idx, values
-    v = np.asarray(values, np.float32)
-    v = round_int8(v) if value_dtype == "int8" else v.astype(np.float16).astype(np.float32)
+    v = rounded(values, value_dtype)
     keep = v != 0
     return idx[keep], v[keep]

@@ -30,7 +30,7 @@ from p2pnode.wire.public_file import NAME as PUBLIC_FILE
 from p2pnode.wire.public_file import PublicFile
 from p2pnode.wire.replica import DISK_FROM
 from p2pnode.wire.payload import Delta, Header, ModelSpec, Snapshot
-from p2pnode.wire.rounding import round_for_wire
+from p2pnode.wire.rounding import round_for_wire, rounded
 
 
 #: tensors up to this many values get x - x_hat in a buffer kept between publishes
@@ -83,6 +83,9 @@ class DeltaPublisher:
         self.epoch = epoch
         self.version = version
         self.value_dtype = value_dtype
+        #: a sparsifier that keeps every entry (top-k at density 1: an adaptive optimizer's
+        #: gossip, config/adaptive_gossip.py): no selection, and the indices a shared range
+        self.every_entry = getattr(sparsifier, "density", None) == 1.0
         self._range = np.zeros(0, dtype=np.uint32)  # _every's
         self._diff = torch.empty(0)  # _minus's
         #: x_hat in a file the daemon reads (a big model), or None: x_hat in this process only
@@ -153,8 +156,16 @@ class DeltaPublisher:
         current = floating_state(self.model)
         selected = 0
         for name, xhat in self.xhat.items():
-            diff = self._minus(current[name], xhat, keep=full)
+            diff = self._minus(current[name], xhat, keep=full or self.every_entry)
             self.let_go(name)
+            if self.every_entry and not full:
+                # every entry, rounded to the wire's values and sent even where that is 0 (x_hat
+                # adds 0 there): a range of indices, where a top-k's index arrays and gathers held
+                # twice the model's float32 bytes at once (scripts/bench_memory.py --whole-copies)
+                values = diff.numpy() if self.value_dtype == "float32" else rounded(diff.numpy(), self.value_dtype)
+                entries[name] = (self._every(diff.numel()), values)
+                selected += diff.numel()
+                continue
             if full and bool((diff != 0).all()):
                 # every entry moved (an adopted model): its indices are 0..n-1, a view of one
                 # shared range, not an index array per tensor (a whole model's 4 bytes an entry)
