@@ -1,7 +1,7 @@
 """Gossip for a task whose optimizer is adaptive (p2pnode/config/adaptive_gossip.py,
 ``exchange.adaptive_gossip``): every entry published and two peers a round where those settings
-are left at their defaults; a setting made by hand, the synchronous mode, DiLoCo's rounds and
-an SGD task keep what they had. Then two real daemons training a task with AdamW in gossip
+are left at their defaults; a setting made by hand, the synchronous mode, DiLoCo's rounds, an
+SGD task and a model of ``WHOLE_BELOW`` parameters or more keep what they had. Then two real daemons training a task with AdamW in gossip
 publish whole copies and say so in status."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from nodes import wait_for
 
 from benchlib.cluster import finished
 from p2pnode.config import Config, set_option, validate
-from p2pnode.config.adaptive_gossip import PEERS, WHOLE, peers_per_round, publish_spec, said
+from p2pnode.config.adaptive_gossip import PEERS, WHOLE, WHOLE_BELOW, peers_per_round, publish_spec, said
 
 
 def cfg_with(**settings: str) -> Config:
@@ -20,6 +20,9 @@ def cfg_with(**settings: str) -> Config:
         set_option(cfg, key.replace("__", "."), value)
     validate(cfg)
     return cfg
+
+
+SMALL = 75_000  # the regression task's parameters
 
 
 @pytest.mark.parametrize("settings, adaptive, publish, peers", [
@@ -35,9 +38,20 @@ def cfg_with(**settings: str) -> Config:
 ])
 def test_the_rule(settings: dict[str, str], adaptive: bool, publish: str, peers: int) -> None:
     cfg = cfg_with(**settings)
-    assert publish_spec(cfg, adaptive) == publish
-    assert peers_per_round(cfg, adaptive) == peers
-    assert (said(cfg, adaptive) is not None) == (publish == WHOLE or peers == PEERS)
+    assert publish_spec(cfg, adaptive, SMALL) == publish
+    assert peers_per_round(cfg, adaptive, SMALL) == peers
+    assert (said(cfg, adaptive, SMALL) is not None) == (publish == WHOLE or peers == PEERS)
+
+
+def test_a_big_model_keeps_sparse_copies() -> None:
+    """From WHOLE_BELOW parameters (64 MiB of float32) on, whole copies cost a gossip node more
+    memory than the machine had (the GPT-2-shaped example, 4 nodes: stopped by the memory
+    floor); before the worker's hello (0 parameters known) nothing changes either."""
+    cfg = Config()
+    for params in (WHOLE_BELOW, 110_000_000, 0):
+        assert publish_spec(cfg, True, params) == "topk:density=0.1" and peers_per_round(cfg, True, params) == 1
+        assert said(cfg, True, params) is None
+    assert publish_spec(cfg, True, WHOLE_BELOW - 1) == WHOLE
 
 
 @pytest.mark.slow

@@ -176,7 +176,8 @@ class ExchangeConfig(Table):
     #: gossip for a task whose optimizer is adaptive (AdamW, Adam...: it moves every coordinate
     #: each step, so a top-10 % public copy lags far behind the model): "auto" publishes every
     #: entry (compression.publish = "topk:density=1.0") and fetches 2 peers a round, where those
-    #: two keys are left at their defaults; "off" keeps them as they are. Over five seeds of two
+    #: two keys are left at their defaults, for models under 16.7M parameters (64 MiB of float32:
+    #: a bigger one's whole copies outgrew the machine's memory); "off" keeps them as they are. Over five seeds of two
     #: AdamW tasks it halved gossip's gap to all-reduce, at 7-9x the bytes (a byte LM's cluster
     #: had ended below a node alone on every seed; p2pnode/config/adaptive_gossip.py)
     adaptive_gossip: Literal["auto", "off"] = "auto"

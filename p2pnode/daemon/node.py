@@ -149,13 +149,13 @@ class Node:
                        "shard": self.cfg.training.shard, "averaging": self.cfg.exchange.averaging,
                        "gradient": self.cfg.compression.gradient,
                        # as the worker publishes and the rounds fetch (config/adaptive_gossip.py)
-                       "publish": adaptive_gossip.publish_spec(self.cfg, st.adaptive),
-                       "peers_per_round": adaptive_gossip.peers_per_round(self.cfg, st.adaptive),
+                       "publish": adaptive_gossip.publish_spec(self.cfg, st.adaptive, st.params),
+                       "peers_per_round": adaptive_gossip.peers_per_round(self.cfg, st.adaptive, st.params),
                        "membership": self.cfg.membership.protocol},
             "training": self.supervisor.state.to_json(),
             # the mode, the setting and why (config/mode_rule.py), with what the worker knows
             "mode": {**mode_rule.status(mode_rule.choose(self.cfg), st.optimizer, st.adaptive, st.classes),
-                     "adaptive_gossip": adaptive_gossip.said(self.cfg, st.adaptive)},
+                     "adaptive_gossip": adaptive_gossip.said(self.cfg, st.adaptive, st.params)},
             "served_model": self.supervisor.model.status(),
             "exchanges": ex["totals"],
             "bootstrapped_from": ex["bootstrapped_from"],

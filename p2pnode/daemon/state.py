@@ -119,6 +119,11 @@ class StepClock:
         return self._state.adaptive
 
     @property
+    def params(self) -> int:
+        """The worker's model's parameters (its hello; 0 before it)."""
+        return self._state.params
+
+    @property
     def resumed(self) -> bool:
         """The current worker started from a checkpoint."""
         return self._state.resumed

@@ -265,7 +265,7 @@ class WorkerSupervisor:
         s.classes = list(msg.classes)
         s.batchnorm_layers = msg.batchnorm
         s.optimizer, s.adaptive = msg.optimizer, msg.adaptive
-        if (line := adaptive_gossip.said(self.cfg, msg.adaptive)) and not msg.resumed:
+        if (line := adaptive_gossip.said(self.cfg, msg.adaptive, msg.params)) and not msg.resumed:
             log.info("%s", line)
         self._advise_batchnorm(msg.batchnorm)
         self.metrics.published_version.set(msg.version)

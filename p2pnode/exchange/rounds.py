@@ -191,7 +191,8 @@ class Exchange:
                     finally:
                         slots.release()
                     continue
-                chosen = self.selector.choose_many(peers, self.round, peers_per_round(self.cfg, self.clock.adaptive))
+                chosen = self.selector.choose_many(peers, self.round, peers_per_round(self.cfg, self.clock.adaptive,
+                                                                                       self.clock.params))
                 self.round += len(chosen)
                 self.busy.update(p.node_id for p in chosen)
                 if x.pipeline:
