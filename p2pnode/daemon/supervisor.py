@@ -23,8 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from p2pnode import worker as worker_process
-from p2pnode.config import CompressionConfig, Config
-from p2pnode.config import adaptive_gossip
+from p2pnode.config import CompressionConfig, Config, adaptive_gossip
 from p2pnode.config.mode_rule import sync_of
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.pipe import WorkerPipe
