@@ -162,7 +162,7 @@ class DeltaPublisher:
                 # every entry, rounded to the wire's values and sent even where that is 0 (x_hat
                 # adds 0 there): a range of indices, where a top-k's index arrays and gathers held
                 # twice the model's float32 bytes at once (scripts/bench_memory.py --whole-copies)
-                values = diff.numpy() if self.value_dtype == "float32" else rounded(diff.numpy(), self.value_dtype)
+                values = rounded(diff.numpy(), self.value_dtype)
                 entries[name] = (self._every(diff.numel()), values)
                 selected += diff.numel()
                 continue

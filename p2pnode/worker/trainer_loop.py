@@ -62,11 +62,11 @@ class TrainerLoop(WorkerLoop):
             self.resume_extra(state)
         model = self.trainer.model
         self.spec = ModelSpec.from_state_dict(floating_state(model), model_fingerprint(self.trainer))
-        #: what x̂'s publishes keep (compression.publish, or every entry for an adaptive optimizer's
-        #: gossip: config/adaptive_gossip.py)
-        self.publish_spec = publish_spec(cfg, isinstance(self.trainer.optimizer, ADAPTIVE),
-                                         sum(p.numel() for p in model.parameters()))
-        self.public = DeltaPublisher(model, self.spec, build_sparsifier(self.publish_spec), node_id,
+        # what x̂'s publishes keep (compression.publish, or every entry for an adaptive optimizer's
+        # gossip: config/adaptive_gossip.py)
+        keep = publish_spec(cfg, isinstance(self.trainer.optimizer, ADAPTIVE),
+                            sum(p.numel() for p in model.parameters()))
+        self.public = DeltaPublisher(model, self.spec, build_sparsifier(keep), node_id,
                                      secrets.token_hex(6), version, cfg.compression.value_dtype,
                                      replica_folder(cfg.node.state_dir))
 
