@@ -42,6 +42,11 @@ TEST_IMAGES = 2000
 #: the honest median of attack-free runs of these settings on the first TEST_IMAGES test images
 #: (0.7765, 0.7695 and 0.773 here, 2026-11; on the whole test set: 0.771 and 0.772)
 ATTACK_FREE = 0.77
+#: the nodes start together, as under the default 45 s settle window (training.start_settle),
+#: which left them idle 45 s after their workers were ready (more than half of this test's time
+#: on an idle machine): 10 s covers the spread of 4 workers loading torch at once (under 3 s
+#: here, loaded), and a node whose window ends later starts within a poll of a peer that trains
+SETTLE = ("--set", "training.start_settle=10")
 
 
 def honest_median(res_rows: list[NodeResult], attacker: int = 3) -> float:
@@ -59,7 +64,7 @@ def test_one_sign_flipping_member_of_four_leaves_the_honest_nodes_near_the_attac
         last.update({i: s for i, s in enumerate(statuses) if s is not None})
 
     port = 7671
-    attacked, served = train_attacked("clip", tmp_path, 4, SAMPLES, "sign-flip", port=port, timeout=300,
+    attacked, served = train_attacked("clip", tmp_path, 4, SAMPLES, "sign-flip", SETTLE, port=port, timeout=300,
                                       progress=keep, data_dir=data)
     a = honest_median(attacked.rows)
     assert served > 0
