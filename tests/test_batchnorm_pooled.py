@@ -45,10 +45,11 @@ def test_nodes_end_with_the_statistics_of_every_shard(cluster, monkeypatch: pyte
     run = [*(a for k, v in TRAINING.items() for a in ("--set", f"training.{k}={v}")),
            "--set", "exchange.sync=powersgd", "--set", "exchange.sync_values=float16", "--set", "exchange.sync_timeout=5",
            "--set", "exchange.sync_wait_for_slow=always", "--set", "training.min_peers=2"]
+    # all three start at once (the others join through a when it answers; min_peers=2 holds each
+    # one's first step until it knows the other two): their workers load torch side by side
     a = cluster("a", extra=[*run, "--shard", "0/3"])
-    a.wait_ready(90)
     nodes = [a, *(cluster(f"n{i}", seeds=[a.addr], extra=[*run, "--shard", f"{i}/3"]) for i in (1, 2))]
-    for n in nodes[1:]:
+    for n in nodes:
         n.wait_ready(90)
     wait_for(lambda: all(finished(n.status()) for n in nodes), 150, "every node done, the final mean taken")
     statuses = [n.status() for n in nodes]

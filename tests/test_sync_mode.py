@@ -37,11 +37,13 @@ def f16(*values: float) -> bytes:
 
 
 def three_nodes(cluster, run: list[str]) -> tuple[list, list[str]]:
-    """Three torch nodes with settings ``run``, each on a third of the data; (nodes, their ids)."""
+    """Three torch nodes with settings ``run``, each on a third of the data; (nodes, their ids).
+    All three start at once (the others join through a when it answers): ``run`` sets
+    ``training.min_peers=2``, so none trains before it knows the other two, and their workers
+    load torch side by side rather than a's first (3-5 s of each test)."""
     a = cluster("a", extra=[*run, "--shard", "0/3"])
-    a.wait_ready(90)
     nodes = [a, *(cluster(f"n{i}", seeds=[a.addr], extra=[*run, "--shard", f"{i}/3"]) for i in (1, 2))]
-    ids = [n.wait_ready(90)["node_id"] if n is not a else a.status()["node_id"] for n in nodes]
+    ids = [n.wait_ready(90)["node_id"] for n in nodes]
     return nodes, ids
 
 
@@ -225,8 +227,9 @@ def test_sync_is_refused_where_it_cannot_run(extra: list[str]) -> None:
 def test_the_others_go_on_when_the_reducer_dies(cluster) -> None:
     # every node waited for, as in the same-steps test: a node slowed by the machine's load is
     # not what "included" should count here
-    run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "training.min_peers=2", "--set", "training.max_samples=6400",
+    run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "training.min_peers=2", "--set", "training.max_samples=3200",
            "--set", "training.eval_every=0", "--set", "exchange.sync_wait_for_slow=always"]
+    # 50 steps of 64 samples: the reducer killed after 10, the survivors take 40 without it
     nodes, ids = three_nodes(cluster, run)
     reducer = nodes[ids.index(min(ids))]
     wait_for(lambda: all(n.status()["sync"]["rounds"] >= 10 for n in nodes), 120, "10 rounds each")
@@ -259,7 +262,7 @@ def test_a_straggler_is_not_waited_for_and_keeps_up_by_replaying(cluster, slow: 
     from benchlib.procs import DutyCycle
 
     run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=2", "--set", "training.min_peers=2",
-           "--set", "training.max_samples=9600", "--set", "training.eval_every=0",
+           "--set", "training.max_samples=6400", "--set", "training.eval_every=0",
            "--set", "exchange.sync_keep_pace=false"]  # the node slowed keeps its whole batches
     nodes, ids = three_nodes(cluster, run)
     order = sorted(ids)
@@ -297,8 +300,9 @@ def test_a_slower_node_trains_on_part_of_its_batch_and_is_in_the_rounds(cluster)
     from benchlib.procs import DutyCycle
 
     run = [*SYNC, "--set", "exchange.sync_rank=2", "--set", "exchange.sync_timeout=2", "--set", "training.min_peers=2",
-           "--set", "training.max_samples=9600", "--set", "training.eval_every=0",
+           "--set", "training.max_samples=6400", "--set", "training.eval_every=0",
            "--set", "exchange.sync_keep_pace=true"]
+    # 100 steps of 64 samples: some 95 rounds with the node slowed, over the 50 asked below
     nodes, ids = three_nodes(cluster, run)
     straggler = nodes[ids.index(max(ids))]  # not the reducer
     wait_for(lambda: all(n.status()["sync"]["rounds"] >= 5 for n in nodes), 120, "5 rounds each")
