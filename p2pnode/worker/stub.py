@@ -180,14 +180,15 @@ class StubWorker(PeerLoop):
         entries = {}
         for name, xhat in self.xhat.items():
             # top-k within each window moved since the last publish (the whole tensor of the
-            # small model, or after an adoption): elsewhere x̂ already equals x
-            windows = range(-(-xhat.size // WINDOW)) if full else sorted(self.touched[name])
+            # small model): elsewhere x̂ already equals x. After an adoption every entry, taken
+            # in order: no selection (a sort of each window's every index took 3.8 s for 100M)
+            windows = [] if full else sorted(self.touched[name])
             self.touched[name] = set()
-            parts = []
+            parts = [np.arange(xhat.size)] if full and xhat.size else []
             for w in windows:
                 lo = w * WINDOW
                 diff = self.x[name][lo:lo + WINDOW] - xhat[lo:lo + WINDOW]
-                k = diff.size if full else max(1, int(diff.size * DENSITY))
+                k = max(1, int(diff.size * DENSITY))
                 parts.append(np.sort(np.argpartition(np.abs(diff), -k)[-k:]) + lo)
             if not parts:
                 continue
