@@ -73,6 +73,13 @@ class NodeConfig(Table):
     #: file holding the dashboard token (preferred over ``dashboard_token``)
     dashboard_token_file: str = ""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: the event loop's CPU scheduling: "auto" runs its thread (that thread alone: the worker,
+    #: the bulk threads and anything else it starts do not inherit it) in the kernel's round-robin
+    #: real-time class at its lowest priority where the process may (root, CAP_SYS_NICE, or
+    #: systemd's ``LimitRTPRIO=1``), so that a ping or a health check is answered at once on a
+    #: machine whose cores the trainers and the disk's writeback keep busy; "normal" leaves it
+    #: with the other threads. Why: p2pnode/priority.py
+    loop_priority: Literal["auto", "normal"] = "auto"
     #: "peer" (decentralised training, the default), "ps" (a parameter server: holds the model,
     #: applies workers' pushed gradients as they come) or "ps-worker" (pushes gradients to the
     #: server, its first seed, and pulls its weights); p2pnode/ps/, docs/ARCHITECTURE.md

@@ -93,6 +93,8 @@ class LoopLag:
     longest_split: dict[str, float] = field(default_factory=dict)
     #: when a stall was last logged (time.monotonic(); at most one line every WARN_EVERY)
     warned_at: float = -WARN_EVERY
+    #: the loop thread's scheduling class: "realtime" or "normal" (``node.loop_priority``)
+    scheduling: str = "normal"
 
     def note(self, late: float, window: float = 0.0, before: tuple[float, float] | None = None,
              after: tuple[float, float] | None = None, steal: float | None = None) -> None:
@@ -141,4 +143,4 @@ class LoopLag:
     def status(self) -> dict[str, Any]:
         return {"lag_max_s": round(self.longest, 4), "lag_last_s": round(self.last, 4),
                 "stalls_over_100ms": self.stalls, "probes": self.samples,
-                "lag_max_split": self.longest_split}
+                "lag_max_split": self.longest_split, "scheduling": self.scheduling}

@@ -30,6 +30,7 @@ from p2pnode.daemon import bulk_threads, early_signals, identity, journal, notif
 from p2pnode.exchange.rounds import Exchange
 from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
+from p2pnode.priority import realtime_loop_thread
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
 from p2pnode.daemon.pipe import FINAL_FLOOR, final_checkpoint_timeout
@@ -289,6 +290,10 @@ class Node:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         bulk_threads.install(loop)
+        if self.cfg.node.loop_priority == "auto" and realtime_loop_thread():
+            self.loop_lag.scheduling = "realtime"
+        log.info("event loop's thread: %s scheduling (node.loop_priority = %s)", self.loop_lag.scheduling,
+                 self.cfg.node.loop_priority)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop_event.set)
         if early_signals.requested() is not None:  # asked to stop while we were still importing
