@@ -49,10 +49,18 @@ if ! .venv/bin/python -c "import p2pnode_gpt2" 2>/dev/null; then
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e ./examples/gpt2 2>&1 | grep -v "^WARNING: Location" || true
 fi
 
+# apt's package lists are fetched once a run, by whichever install below comes first (a fresh
+# machine needs the data set and the test tools: two fetches of the lists took twice as long)
+apt_updated=0
+apt_update() {
+  [ "$apt_updated" = 1 ] && return 0
+  apt-get update -qq >/dev/null && apt_updated=1
+}
+
 if [ "${P2PNODE_NEED_DATA:-0}" = 1 ] && [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     echo "== installing Fashion-MNIST (Debian package dataset-fashion-mnist)"
-    apt-get update -qq >/dev/null
+    apt_update
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null
   else
     echo "Fashion-MNIST is missing: run 'sudo apt-get install dataset-fashion-mnist'" >&2
@@ -67,7 +75,7 @@ fi
 if [ "${P2PNODE_TEST_TOOLS:-0}" = 1 ] && { [ ! -x /usr/bin/chromium ] || ! command -v tmux >/dev/null; }; then
   if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
     echo "== installing chromium and tmux (Debian packages) for the dashboard tests"
-    apt-get update -qq >/dev/null || true
+    apt_update || true
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium tmux >/dev/null || \
       echo "could not install chromium/tmux: their tests will be skipped" >&2
   else
