@@ -95,11 +95,12 @@ class BulkExecutor(ThreadPoolExecutor):
                 future.set_result(result)
 
     def _close_pipe(self) -> None:
+        """On the loop (or once it is closed): stop reading the pipe, set what finished, close it."""
         if self._wake_r < 0:
             return
         if not self._loop.is_closed():
             self._loop.remove_reader(self._wake_r)
-        self._deliver()
+            self._deliver()
         os.close(self._wake_r)
         os.close(self._wake_w)
         self._wake_r = self._wake_w = -1
@@ -114,9 +115,7 @@ class BulkExecutor(ThreadPoolExecutor):
             try:
                 self._loop.call_soon_threadsafe(self._close_pipe)
             except RuntimeError:  # the loop is closed: nothing reads the pipe any more
-                os.close(self._wake_r)
-                os.close(self._wake_w)
-                self._wake_r = self._wake_w = -1
+                self._close_pipe()
 
 
 def install(loop: asyncio.AbstractEventLoop) -> BulkExecutor:
