@@ -89,16 +89,25 @@ def test_nodes_end_with_one_model(cluster, tmp_path: Path) -> None:
                                f"{n.name} to evaluate the agreed model") for n in nodes]
     ends = [end_of_training_accuracy(n) for n in nodes]
     accs = [t["accuracy"] for t in agreed_figures]
-    print(f"accuracy at the end of training {ends}, of the agreed model {accs}")
-    assert max(accs) - min(accs) <= 0.03, (accs, ends)
+    # The finish's guard (worker/finish_guard.py) may refuse the merge on a node whose own model
+    # measured better by over two standard errors, its loss lower too: near chance on these
+    # shards (own 23 %, merged 16 % on 512 items) it did, in one CI run of several. That node
+    # reports its own model's figure, and the others the merged one's.
+    kept = [bool(t["finish_kept_own"]) for t in agreed_figures]
+    print(f"accuracy at the end of training {ends}, of the agreed model {accs}, kept own {kept}")
+    merged = [a for a, k in zip(accs, kept) if not k]
+    assert len(merged) >= 2 and max(merged) - min(merged) <= 0.03, (accs, ends, kept)
+    assert all(abs(a - e) < 1e-3 for a, e, k in zip(accs, ends, kept) if k), (accs, ends, kept)
     assert all(t["eval_step"] == t["step"] for t in agreed_figures), agreed_figures
     for n in nodes:
         n.stop()  # SIGTERM: final checkpoint
     models = [model_of(n) for n in nodes]
-    # Each node measured itself against its peers' public copies; the models themselves agree too.
+    # Each node measured itself against its peers' public copies; the merged models themselves
+    # agree too (a node that kept its own has its own model, by design).
     for i in range(3):
         for j in range(i + 1, 3):
-            assert distance(models[i], models[j]) <= 2.5 * TOL, (i, j, distance(models[i], models[j]))
+            if not (kept[i] or kept[j]):
+                assert distance(models[i], models[j]) <= 2.5 * TOL, (i, j, distance(models[i], models[j]))
 
 
 @pytest.mark.timeout(240)
