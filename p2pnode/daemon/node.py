@@ -30,6 +30,7 @@ from p2pnode.daemon import bulk_threads, early_signals, identity, journal, notif
 from p2pnode.exchange.rounds import Exchange
 from p2pnode.daemon.http import HttpApi, NodeView
 from p2pnode.daemon.looplag import LoopLag
+from p2pnode.malloc import return_big_frees
 from p2pnode.priority import realtime_loop_thread
 from p2pnode.daemon.metrics import NodeMetrics
 from p2pnode.daemon.mode import Mode, ModeBytes, NodeParts
@@ -289,6 +290,7 @@ class Node:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        return_big_frees()  # before the first model-sized buffer: p2pnode/malloc.py
         bulk_threads.install(loop)
         if self.cfg.node.loop_priority == "auto" and realtime_loop_thread():
             self.loop_lag.scheduling = "realtime"
