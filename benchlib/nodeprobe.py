@@ -5,6 +5,7 @@ processes, figures of ``/metrics``, lines of its log, and the machine's free mem
 from __future__ import annotations
 
 import re
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -37,6 +38,46 @@ def peak_rss(daemon_pid: int) -> dict[str, int]:
     """Peak resident bytes so far of the daemon and of its worker (``VmHWM``: each process's
     own peak; their sum bounds the node's peak from above)."""
     return {k: 1024 * vm_kib(pid, "VmHWM") for k, pid in node_pids(daemon_pid).items()}
+
+
+def rss_parts(pid: int) -> tuple[int, int]:
+    """(anonymous, file and shared) resident bytes of ``pid`` now; (0, 0) once gone."""
+    kib = {f: vm_kib(pid, f) for f in ("RssAnon", "RssFile", "RssShmem")}
+    return 1024 * kib["RssAnon"], 1024 * (kib["RssFile"] + kib["RssShmem"])
+
+
+class RssSampler:
+    """The highest resident set of each node's daemon and worker *together*, sampled every
+    ``every`` seconds in a thread, with its anonymous and file parts at that moment.
+
+    Why beside ``peak_rss``: the sum of each process's own peak (``VmHWM``) adds peaks that
+    need not come at once (a worker's publish, its daemon's fetch), so it bounds the node's
+    peak from above; a sample of both at once can miss a short peak, so it bounds it from
+    below. A benchmark reports both."""
+
+    def __init__(self, daemon_pids: list[int], every: float = 0.2) -> None:
+        self.daemon_pids = daemon_pids
+        self.every = every
+        #: per node: (total, anonymous, file) bytes at its highest sample
+        self.peaks: list[tuple[int, int, int]] = [(0, 0, 0)] * len(daemon_pids)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            for i, pid in enumerate(self.daemon_pids):
+                parts = [rss_parts(p) for p in node_pids(pid).values()]
+                anon, file = sum(a for a, _ in parts), sum(f for _, f in parts)
+                if anon + file > self.peaks[i][0]:
+                    self.peaks[i] = (anon + file, anon, file)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5 + self.every)
 
 
 def metrics(addr: str, timeout: float = 5.0) -> dict[str, float]:

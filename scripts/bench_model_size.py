@@ -12,7 +12,9 @@ models). Per size and link, with the p2pnode defaults otherwise:
 - a snapshot fetch's time, the same way, against size ÷ link rate: once the bootstraps are done
   (beside the replicas' first snapshots) and again after the window (beside deltas only);
 - peak RSS per node (daemon + worker, ``VmHWM`` of each, summed; the node with the highest, and
-  its two parts in GB) against the model's float32 bytes; the daemon's longest event-loop stall (status ``event_loop``); SWIM suspicions;
+  its two parts in GB) against the model's float32 bytes, and the highest of the two sampled
+  together every 0.2 s (anonymous and file pages: the sum of peaks bounds a node's peak from
+  above, the samples from below); the daemon's longest event-loop stall (status ``event_loop``); SWIM suspicions;
 - checkpoint write time (the worker's log) and resume: the last node stopped (SIGTERM, final
   checkpoint) and started again, seconds until its worker runs and until it exchanges again.
 
@@ -46,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchlib.allreduce_anchor import run_allreduce  # noqa: E402
 from benchlib.cluster import ROOT, Cluster, Place, loopback  # noqa: E402
 from benchlib.netns import Topology, unavailable  # noqa: E402
-from benchlib.nodeprobe import log_seconds, mem_available, metric_sum, metrics, peak_rss  # noqa: E402
+from benchlib.nodeprobe import RssSampler, log_seconds, mem_available, metric_sum, metrics, peak_rss  # noqa: E402
 from benchlib.procs import stop  # noqa: E402
 from benchlib.results import add_output_args, append_jsonl, command_line, machine, table, write_section  # noqa: E402
 from benchlib.sizetask import shape_for  # noqa: E402
@@ -171,6 +173,7 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
     shutil.rmtree(root, ignore_errors=True)  # an earlier run's checkpoints would be resumed
     root.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(root, n, lambda i: node_args(params, i, n, extra), port=port, place=place)
+    sampler: RssSampler | None = None
     try:
         # the seed first: the others join it once it serves (and take its model: the bootstrap)
         began = time.monotonic()
@@ -182,6 +185,7 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
             joined_at = time.monotonic()
             for node in cluster.nodes[1:]:
                 node.start()
+            sampler = RssSampler([nd.pid for nd in cluster.nodes]).__enter__()
             wait_for(lambda: all(s and s["training"]["worker_alive"] and s["joined"] and s["training"]["step"] > 0
                                  for s in watch.poll()) and not watch.low_memory or watch.low_memory,
                      600, "every node training")
@@ -245,6 +249,9 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
                                     if k.startswith("p2pnode_exchanges_total{") and v - a.get(k, 0)}
                                    for a, b in zip(m0, m1)]
         rec["peak_rss"] = [peak_rss(nd.pid) for nd in cluster.nodes]
+        if sampler is not None:
+            sampler.__exit__()
+            rec["sampled_rss"] = sampler.peaks  # per node: (total, anonymous, file) at its highest sample
         print(f"  window: {json.dumps({k: rec[k] for k in ('exchanges_per_min', 'loop_lag_max_s', 'loop_lag_split', 'peak_rss')})}",
               flush=True)
         if watch.low_memory:
@@ -282,6 +289,8 @@ def run_case(size: str, link: str, place: Place, n: int, window: float, workdir:
         rec["checkpoint_bytes"] = (last_node.state_dir / "checkpoint.pt").stat().st_size \
             if (last_node.state_dir / "checkpoint.pt").exists() else None
     finally:
+        if sampler is not None:
+            sampler.__exit__()
         cluster.stop()
         if not keep_state:  # checkpoints and replica files: 12 GB a case at 124M on 4 nodes (the logs stay)
             for node in cluster.nodes:
@@ -344,7 +353,12 @@ def row(rec: dict[str, Any]) -> list[str]:
     peaks = [sum(p.values()) for p in rec["peak_rss"]]
     top = rec["peak_rss"][peaks.index(max(peaks))]
     split = " + ".join(f"{k} {v / 1e9:.2f}" for k, v in sorted(top.items()))  # daemon, worker
-    cells.append(f"{max(peaks) / 1e9:.2f} GB = {max(peaks) / rec['dense_bytes']:.1f}x ({split})")
+    sampled = ""
+    if rec.get("sampled_rss"):  # the two processes sampled together (benchlib.nodeprobe.RssSampler)
+        total, anon, file = max(rec["sampled_rss"])
+        sampled = (f"; sampled together {total / 1e9:.2f} GB = {total / rec['dense_bytes']:.1f}x"
+                   f" (anonymous {anon / 1e9:.2f} + file {file / 1e9:.2f})")
+    cells.append(f"{max(peaks) / 1e9:.2f} GB = {max(peaks) / rec['dense_bytes']:.1f}x ({split}){sampled}")
     lags = [x for x in rec["loop_lag_max_s"] if x is not None]
     cells.append((f"{1000 * max(lags):.0f} ms{stall_split(rec)}" if lags else "-") + window_stalls(rec))
     cells.append(f"{sum(rec['suspicions']):.0f}")
