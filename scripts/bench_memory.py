@@ -121,6 +121,9 @@ def main() -> int:
                     help="also a whole publish (every entry, float32: what a node sends once after its bootstrap)")
     add_output_args(ap, SECTION)
     args = ap.parse_args()
+    from p2pnode.malloc import return_big_frees
+
+    return_big_frees()  # as the daemon and the worker do (p2pnode/malloc.py)
     m = Meter()
     base = rss()
     torch = m.part("worker", "import torch (and p2pnode's worker modules)", lambda: __import__("torch"))

@@ -1,7 +1,8 @@
 """The allocator's tuning (p2pnode/malloc.py), on the real glibc of this machine, each case in a
 fresh interpreter: after one 16 MB block has come and gone, glibc carves 4 MB blocks from its
 heap and keeps their pages when they are freed between blocks still in use; with the threshold
-fixed, they go back to the system."""
+fixed, they go back to the system, and so they do under the worker's own settings (a 64 MiB
+threshold) once ``release_free_memory`` is called."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # followed by a 64 kB one that stays, then the 4 MB blocks freed: prints the MB still resident.
 SCRIPT = r"""
 import ctypes, sys
-from p2pnode.malloc import return_big_frees
+from p2pnode.malloc import release_free_memory, return_big_frees
 
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
@@ -45,6 +46,8 @@ for _ in range(12):
     kept.append(block(64 << 10))
 for p in blocks:
     libc.free(p)
+if sys.argv[1] == "released":
+    assert release_free_memory()
 print((anon() - base) >> 20)
 """
 
@@ -67,3 +70,12 @@ def test_freed_blocks_go_back_to_the_system_once_the_threshold_is_fixed() -> Non
 def test_a_threshold_the_user_set_is_left_to_them() -> None:
     said, mb = retained_mb("tuned", {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)})
     assert said == "False" and mb >= 40, (said, mb)
+
+
+def test_the_workers_settings_keep_freed_blocks_until_they_are_released() -> None:
+    from p2pnode.daemon.supervisor import WORKER_MALLOC_ENV
+
+    said, kept = retained_mb("default", WORKER_MALLOC_ENV)
+    assert kept >= 24, kept  # most of the 48 MB freed (32 MB on this machine)
+    said, released = retained_mb("released", WORKER_MALLOC_ENV)
+    assert released <= 4, released

@@ -286,6 +286,7 @@ class Worker(TrainerLoop, PeerLoop):
         t = self.trainer
         self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema, full=full)))
         self.published_step = t.step
+        self.release()
 
     def recover(self) -> None:
         """The model has diverged (non-finite loss): go back to our public copy x_hat, which the

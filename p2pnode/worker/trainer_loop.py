@@ -16,8 +16,9 @@ from p2pnode import checkpoint
 from p2pnode.compression.registry import build_sparsifier
 from p2pnode.config import Config
 from p2pnode.config.adaptive_gossip import publish_spec
+from p2pnode.malloc import RELEASE_MODEL_BYTES, release_free_memory
 from p2pnode.models import fingerprint
-from p2pnode.pipe_protocol import Evaluated, Hello
+from p2pnode.pipe_protocol import Evaluated, Hello, Message
 from p2pnode.wire.replica import replica_folder
 from p2pnode.wire.payload import ModelSpec
 from p2pnode.worker.process import WorkerLoop
@@ -69,6 +70,18 @@ class TrainerLoop(WorkerLoop):
         self.public = DeltaPublisher(model, self.spec, build_sparsifier(keep), node_id,
                                      secrets.token_hex(6), version, cfg.compression.value_dtype,
                                      replica_folder(cfg.node.state_dir))
+        #: a big model: what its publishes, peers' payloads and checkpoints freed goes back to the
+        #: system after each (p2pnode/malloc.py ``release_free_memory``)
+        self.release_freed = 4 * self.spec.numel >= RELEASE_MODEL_BYTES
+
+    def release(self) -> None:
+        """After model-sized work: its freed buffers back to the system, for a big model."""
+        if self.release_freed:
+            release_free_memory()
+
+    def handle(self, msg: Message) -> None:
+        super().handle(msg)  # a peer's payload, a checkpoint, a publish asked for...
+        self.release()
 
     def resume_extra(self, state: dict[str, Any]) -> None:
         """Read what a subclass adds to the checkpoint (``checkpoint_state``) from the state
