@@ -14,6 +14,7 @@ import os
 import struct
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from collections.abc import Iterator
 from typing import Any, ClassVar, Final, Literal
 
 import msgpack
@@ -98,7 +99,8 @@ class Published(Message):
 
     kind: ClassVar[str] = "published"
     version: int
-    delta: bytes
+    #: the worker sends it in parts (``Parts``: not joined first); the daemon reads one buffer
+    delta: bytes | Parts
 
 
 @dataclass
@@ -274,22 +276,54 @@ FRAME_BYTES = 1 << 20  # multiprocessing copies each frame once holding the GIL:
 TRAILERS = "_trailers"
 
 
+class Parts(tuple):  # type: ignore[type-arg]
+    """A bytes field given as the parts of its value, in order (a payload encoded in parts,
+    wire/codec.py ``delta_parts``): sent as if they were joined, without joining them; the
+    reader gets one buffer, as for any bytes field."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(memoryview(p).nbytes for p in self)
+
+
+def _frames(value: bytes | bytearray | memoryview | Parts) -> Iterator[memoryview | bytes]:
+    """A big field's frames: slices of ``FRAME_BYTES`` at most, small parts gathered into one."""
+    small = bytearray()
+    for part in (value if isinstance(value, Parts) else (value,)):
+        view = memoryview(part).cast("B")
+        if view.nbytes < 64 << 10:
+            small += view
+            if len(small) < 64 << 10:
+                continue
+            view, small = memoryview(bytes(small)), bytearray()
+        elif small:
+            yield bytes(small)
+            small = bytearray()
+        for at in range(0, view.nbytes, FRAME_BYTES):
+            yield view[at:at + FRAME_BYTES]
+    if small:
+        yield bytes(small)
+
+
 def send(conn: Connection, msg: Message) -> None:
     """Write ``msg`` to ``conn`` (blocking): small fields in one msgpack message, every bytes
-    field of ``BIG_FIELD`` or more after it in frames of ``FRAME_BYTES`` (its name and length
-    announced in the message's ``_trailers``)."""
+    field (or :class:`Parts`) of ``BIG_FIELD`` or more after it in frames of ``FRAME_BYTES`` at
+    most (its name and length announced in the message's ``_trailers``)."""
     body: dict[str, Any] = {f.name: getattr(msg, f.name) for f in dataclasses.fields(msg)}
-    big = [(k, memoryview(v).cast("B")) for k, v in body.items()
-           if isinstance(v, (bytes, bytearray, memoryview)) and memoryview(v).nbytes >= BIG_FIELD]
-    for name, _ in big:
+    for k, v in body.items():
+        if isinstance(v, Parts) and v.nbytes < BIG_FIELD:
+            body[k] = b"".join(v)
+    big = [(k, v, v.nbytes if isinstance(v, Parts) else memoryview(v).nbytes) for k, v in body.items()
+           if isinstance(v, Parts) or isinstance(v, (bytes, bytearray, memoryview)) and memoryview(v).nbytes >= BIG_FIELD]
+    for name, _, _ in big:
         body[name] = b""
     if big:
-        body[TRAILERS] = [[name, view.nbytes] for name, view in big]
+        body[TRAILERS] = [[name, size] for name, _, size in big]
     body["kind"] = msg.kind
     conn.send_bytes(msgpack.packb(body, use_bin_type=True))
-    for _, view in big:
-        for at in range(0, view.nbytes, FRAME_BYTES):
-            conn.send_bytes(view[at:at + FRAME_BYTES])
+    for _, value, _ in big:
+        for frame in _frames(value):
+            conn.send_bytes(frame)
 
 
 def receive(conn: Connection) -> Message:

@@ -53,8 +53,11 @@ print((anon() - base) >> 20)
 
 
 def retained_mb(mode: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+    # glibc's own settings only, whatever this process was given (a supervisor started in the
+    # test process puts the worker's in os.environ)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run([sys.executable, "-c", SCRIPT, mode], capture_output=True, text=True, check=True,
-                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=60)
+                         cwd=ROOT, env={**clean, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=60)
     said, mb = out.stdout.split()
     return said, int(mb)
 

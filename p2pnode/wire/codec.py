@@ -237,6 +237,14 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
     return join(_encode_delta_parts(payload, value_dtype))
 
 
+def delta_parts(payload: Delta, value_dtype: str = "float32") -> list[bytes | memoryview]:
+    """A delta's encoding as parts whose concatenation is :func:`encode`'s bytes, each entry's
+    arrays *as they lie in memory* (keep them unchanged while the parts are in use): what a
+    worker sends down its pipe without joining a body first (a whole publish of a 503 MB model
+    held its values and a joined copy of them at once)."""
+    return _encode_delta_parts(payload, value_dtype)
+
+
 def _encode_delta_parts(payload: Delta, value_dtype: str) -> list[bytes | memoryview]:
     h = payload.header
     if value_dtype not in VALUE_DTYPES:

@@ -19,7 +19,8 @@ from p2pnode.config import Config
 from p2pnode.config.mode_rule import sync_of
 from p2pnode.data import DataError
 from p2pnode.partition import histogram
-from p2pnode.pipe_protocol import ADOPT, FETCH_FALLBACK, Applied, Evaluated, Message, PeerPayload, Progress, Published
+from p2pnode.pipe_protocol import (ADOPT, FETCH_FALLBACK, Applied, Evaluated, Message, Parts, PeerPayload, Progress,
+                                   Published)
 from p2pnode.sync.messages import FINAL, FINAL_ROUND, SyncContribute, SyncResult
 from p2pnode.sync.worker_allreduce import AllReduce
 from p2pnode.sync.worker_powersgd import PowerSync, from_wire, to_wire
@@ -284,7 +285,8 @@ class Worker(TrainerLoop, PeerLoop):
         """x_hat += top-k of x - x_hat (every entry with ``full``), and the encoded delta to the
         daemon, which serves it."""
         t = self.trainer
-        self.send(Published(version=self.public.version + 1, delta=self.public.publish(t.step, t.loss_ema, full=full)))
+        self.send(Published(version=self.public.version + 1,
+                            delta=Parts(self.public.publish_parts(t.step, t.loss_ema, full=full))))
         self.published_step = t.step
         self.release()
 

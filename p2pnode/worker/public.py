@@ -24,7 +24,7 @@ from torch import nn
 
 from p2pnode.compression.base import Sparsifier
 from p2pnode.compression.sized import publish_selector
-from p2pnode.wire.codec import encode
+from p2pnode.wire.codec import delta_parts, encode, join
 from p2pnode.wire.genesis import digest
 from p2pnode.wire.public_file import NAME as PUBLIC_FILE
 from p2pnode.wire.public_file import PublicFile
@@ -147,11 +147,16 @@ class DeltaPublisher:
         self.let_go()
         return b"", str(self.file.path), genesis
 
-    @torch.no_grad()
     def publish(self, step: int, loss: float, full: bool = False) -> bytes:
-        """The next delta: the sparsifier's choice of x - x_hat, or with ``full`` every entry
-        (after adopting a peer's model, so x_hat is the model at once, not a few publishes on:
-        a public copy half old, half adopted is far from every peer's, an outlier to them)."""
+        """:meth:`publish_parts` as one body."""
+        return join(self.publish_parts(step, loss, full))
+
+    @torch.no_grad()
+    def publish_parts(self, step: int, loss: float, full: bool = False) -> list[bytes | memoryview]:
+        """The next delta, encoded in parts (wire/codec.py ``delta_parts``: the worker sends them
+        down its pipe as they are): the sparsifier's choice of x - x_hat, or with ``full`` every
+        entry (after adopting a peer's model, so x_hat is the model at once, not a few publishes
+        on: a public copy half old, half adopted is far from every peer's, an outlier to them)."""
         entries: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         current = floating_state(self.model)
         selected = 0
@@ -203,5 +208,5 @@ class DeltaPublisher:
         self.version += 1
         if self.file is not None:
             self.file.end(self.version, step, loss if math.isfinite(loss) else -1.0)
-        return encode(Delta(self._header("delta", base, step, loss), entries),
-                      value_dtype="float32" if full else self.value_dtype)
+        return delta_parts(Delta(self._header("delta", base, step, loss), entries),
+                           value_dtype="float32" if full else self.value_dtype)

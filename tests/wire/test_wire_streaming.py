@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from p2pnode.net.deadline import CUTOFF, SLACK, Transfer, update_rate
-from p2pnode.pipe_protocol import BIG_FIELD, PeerPayload, receive, send
-from p2pnode.wire.codec import encode, encode_body, encode_parts, max_encoded_bytes, payload_limit
+from p2pnode.pipe_protocol import BIG_FIELD, Parts, PeerPayload, Published, receive, send
+from p2pnode.wire.codec import delta_parts, encode, encode_body, encode_parts, max_encoded_bytes, payload_limit
 from p2pnode.wire.msgview import Malformed, unpack
 from p2pnode.wire.payload import Delta, ModelSpec, Snapshot, TensorSpec
 
@@ -78,6 +78,29 @@ def test_big_pipe_fields_cross_as_frames_into_one_buffer() -> None:
     send(a, PeerPayload(token=8, peer="p", data=b"small"))
     small = receive(b)
     assert isinstance(small, PeerPayload) and small.data == b"small"
+
+
+def test_a_payload_in_parts_crosses_the_pipe_as_one_buffer_never_joined_by_the_sender() -> None:
+    """What a worker's publish sends (worker/public.py ``publish_parts``): a delta encoded in
+    parts, the values as views of their arrays; the daemon reads the joined bytes."""
+    spec = ModelSpec("fp", [TensorSpec("w", (1000, 700)), TensorSpec("b", (300,))])
+    x = {t.name: np.random.default_rng(5).standard_normal(t.numel).astype(np.float32) for t in spec.tensors}
+    every = np.arange(spec.tensors[0].numel)
+    delta = Delta(spec.header("delta", "n", "e", 4, base_version=3), {"w": (every, x["w"]), "b": (every[:7], x["b"][:7])})
+    parts = delta_parts(delta)
+    assert sum(memoryview(p).nbytes for p in parts) >= BIG_FIELD
+    assert any(isinstance(p, memoryview) and p.nbytes >= BIG_FIELD // 4 for p in parts)  # views, not copies
+    a, b = multiprocessing.Pipe()
+    writer = threading.Thread(target=send, args=(a, Published(version=4, delta=Parts(parts))))
+    writer.start()
+    got = receive(b)
+    writer.join()
+    assert isinstance(got, Published) and got.version == 4 and bytes(got.delta) == encode(delta)
+    # parts of many small pieces and under BIG_FIELD in all go inline, joined
+    small = Parts([b"ab", memoryview(b"cd"), bytearray(b"e")] * 1000)
+    send(a, Published(version=5, delta=small))
+    got = receive(b)
+    assert isinstance(got, Published) and bytes(got.delta) == b"abcde" * 1000
 
 
 def test_a_bodys_deadline_follows_its_size_and_the_peers_rate() -> None:
