@@ -1,4 +1,4 @@
-"""glibc's allocator told to hand big freed blocks back to the system, in the daemon and the worker.
+"""glibc's allocator told to hand freed blocks back to the system (the daemon; a big model's worker).
 
 Why: glibc serves a block of at least ``M_MMAP_THRESHOLD`` bytes (128 KiB at first) with a
 mapping of its own and unmaps it when it is freed. But that threshold is dynamic: each free of
@@ -9,7 +9,7 @@ freed there mostly stays in the process, fragmented. Measured at 124M parameters
 loopback (``scripts/bench_model_size.py --sizes 124M --links loopback --window 60``, the
 resident sets sampled every 0.2 s): the daemons grew to 290-715 MB of anonymous memory over
 four minutes and kept it; with the threshold fixed at 1 MiB they stayed at 37-100 MB between
-transfers (peaks 208-264 MB), and the workers peaked at 2.00-2.07 GB instead of 2.08-2.22 GB.
+transfers (peaks 208-264 MB).
 
 Setting the threshold with ``mallopt`` turns the dynamic rule off (for the trim threshold
 too). A block of 1 MiB or more then costs a mapping and its page faults, a few milliseconds

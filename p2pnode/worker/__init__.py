@@ -24,9 +24,6 @@ def run(module: str, implementation: str, conn: Connection, cfg_dict: dict[str, 
     """Entry point of the spawned process: import ``module`` (the mode's worker, by name) there
     and run it. ``implementation`` is ``training.worker``, which the log lines say."""
     from p2pnode import logfmt
-    from p2pnode.malloc import return_big_frees
-
-    return_big_frees()  # before torch and the model: p2pnode/malloc.py
 
     # Logging first, in the daemon's format (text or json, p2pnode/logfmt.py): the
     # implementation's own basicConfig is then a no-op.
