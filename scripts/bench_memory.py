@@ -36,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchlib.results import add_output_args, command_line, machine, table, write_section  # noqa: E402
@@ -220,9 +222,19 @@ def main() -> int:
             disk_cache.apply("peer", data, spec, max_bytes=len(spooled), release=release)
     m.part("worker", "a spooled snapshot applied from its file to a replica's file (transient)", from_spool)
     spooled.close()
-    from p2pnode.worker.averaging import average_into
-    replica = disk_cache.get("peer0")
+    from p2pnode.worker.averaging import average_into, relative_distance
+
+    # the publish above as a peer's delta: its replica made at x̂'s version 0 first (a snapshot
+    # of it), then the delta, in memory as the pipe brings a body under 64 MiB
+    base = encode(Snapshot(spec.header("snapshot", "me", pub.epoch, 0), {k: np.asarray(v) for k, v in genesis.items()}))
+    disk_cache.apply("me", base, spec, max_bytes=len(base))
+    del base
+    m.part("worker", f"a peer's delta ({len(published) / 1e6:.0f} MB, top-10 %, int8, in memory) applied to its "
+           "replica's file (transient)", lambda: disk_cache.apply("me", published, spec, max_bytes=len(published)))
+    replica = disk_cache.get("me")
     assert replica is not None
+    m.part("worker", "the distance to a replica (robust averaging's check: transient)",
+           lambda: relative_distance(model, replica.tensors))
     m.part("worker", "averaging in a replica from its file (transient)", lambda: average_into(model, replica.tensors, 0.5))
     del snap
     if pub.file is not None:
