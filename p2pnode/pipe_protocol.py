@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from collections.abc import Iterator
 from typing import Any, ClassVar, Final, Literal
 
 import msgpack
@@ -284,6 +284,12 @@ class Parts(tuple):  # type: ignore[type-arg]
     @property
     def nbytes(self) -> int:
         return sum(memoryview(p).nbytes for p in self)
+
+
+def joined(value: bytes | bytearray | memoryview | Parts) -> bytes | bytearray | memoryview:
+    """A bytes field as one buffer: what ``receive`` gives already; :class:`Parts` (a message
+    handed over in-process, not through a pipe) joined."""
+    return b"".join(value) if isinstance(value, Parts) else value
 
 
 def _frames(value: bytes | bytearray | memoryview | Parts) -> Iterator[memoryview | bytes]:

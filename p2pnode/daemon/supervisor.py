@@ -39,6 +39,7 @@ from p2pnode.pipe_protocol import (
     Progress,
     Published,
     Stop,
+    joined,
 )
 from p2pnode.wire.codec import decode
 from p2pnode.wire.payload import ModelSpec, Snapshot
@@ -222,8 +223,9 @@ class WorkerSupervisor:
     async def _on_published(self, msg: Published) -> None:
         served = self.model.served
         assert served is not None  # a worker says hello before it publishes
+        delta = joined(msg.delta)  # one buffer as it came through the pipe
         try:
-            await asyncio.to_thread(served.publish, msg.delta)
+            await asyncio.to_thread(served.publish, delta)
         except ValueError as exc:  # PayloadError: our mirror of x_hat and the worker's disagree
             # Should not happen; if it does, a restarted worker says hello with a fresh
             # snapshot and a new epoch, and peers resynchronise from that.
@@ -233,7 +235,7 @@ class WorkerSupervisor:
             return
         self.state.published_version = msg.version
         self.metrics.published_version.set(msg.version)
-        self.metrics.published_bytes.inc(len(msg.delta))
+        self.metrics.published_bytes.inc(memoryview(delta).nbytes)
         self.model.changed()
 
     def _advise_batchnorm(self, layers: int) -> None:
