@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import platform
@@ -38,17 +39,30 @@ MMAP_THRESHOLD = 1 << 20
 M_MMAP_THRESHOLD = -3
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """This process's glibc, once (``platform.libc_ver`` reads the interpreter's file); None
+    under another C library."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError as exc:
+        log.debug("glibc not loaded: %s", exc)
+        return None
+
+
 def return_big_frees(threshold: int = MMAP_THRESHOLD) -> bool:
     """Fix glibc's mmap threshold at ``threshold`` bytes for this process; True if it was set."""
     if "MALLOC_MMAP_THRESHOLD_" in os.environ:
         log.debug("allocator: MALLOC_MMAP_THRESHOLD_ set in the environment, left to it")
         return False
-    if platform.libc_ver()[0] != "glibc":
+    libc = _glibc()
+    if libc is None:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         ok = bool(libc.mallopt(M_MMAP_THRESHOLD, ctypes.c_int(threshold)))
-    except (OSError, AttributeError) as exc:
+    except AttributeError as exc:
         log.debug("allocator left as it was: %s", exc)
         return False
     if not ok:
@@ -61,9 +75,6 @@ def return_big_frees(threshold: int = MMAP_THRESHOLD) -> bool:
 #: back in at the next step; at 64 MiB and over the model's own tensors are mapped apart anyway)
 RELEASE_MODEL_BYTES = 64 << 20
 
-_libc: ctypes.CDLL | None = None
-
-
 def release_free_memory() -> bool:
     """glibc's ``malloc_trim(0)``: the free pages of the heap and of every arena back to the
     system, the heap's top and the holes between blocks still in use alike; True if any was.
@@ -74,12 +85,10 @@ def release_free_memory() -> bool:
     Measured at 124M parameters (4 nodes, loopback): workers held 2.1-2.2 GB of anonymous
     memory where torch, the model, its gradient and momentum are 1.8 GB. A call costs a walk of
     the free lists, milliseconds beside the seconds that work takes."""
-    global _libc
-    if platform.libc_ver()[0] != "glibc":
+    libc = _glibc()
+    if libc is None:
         return False
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(_libc.malloc_trim(ctypes.c_size_t(0)))
-    except (OSError, AttributeError):
+        return bool(libc.malloc_trim(ctypes.c_size_t(0)))
+    except AttributeError:
         return False

@@ -319,8 +319,9 @@ def send(conn: Connection, msg: Message) -> None:
     for k, v in body.items():
         if isinstance(v, Parts) and v.nbytes < BIG_FIELD:
             body[k] = b"".join(v)
-    big = [(k, v, v.nbytes if isinstance(v, Parts) else memoryview(v).nbytes) for k, v in body.items()
-           if isinstance(v, Parts) or isinstance(v, (bytes, bytearray, memoryview)) and memoryview(v).nbytes >= BIG_FIELD]
+    sizes = {k: v.nbytes if isinstance(v, Parts) else memoryview(v).nbytes for k, v in body.items()
+             if isinstance(v, (Parts, bytes, bytearray, memoryview))}
+    big = [(k, body[k], size) for k, size in sizes.items() if size >= BIG_FIELD]
     for name, _, _ in big:
         body[name] = b""
     if big:

@@ -234,7 +234,7 @@ def encode(payload: Payload, value_dtype: str = "float32") -> bytes:
     Raises ``ValueError`` on an inconsistent payload (never emits what decode would refuse)."""
     if isinstance(payload, Snapshot):
         return join(encode_parts(payload, value_dtype))  # one copy of the values, not two
-    return join(_encode_delta_parts(payload, value_dtype))
+    return join(delta_parts(payload, value_dtype))
 
 
 def delta_parts(payload: Delta, value_dtype: str = "float32") -> list[bytes | memoryview]:
@@ -242,10 +242,6 @@ def delta_parts(payload: Delta, value_dtype: str = "float32") -> list[bytes | me
     arrays *as they lie in memory* (keep them unchanged while the parts are in use): what a
     worker sends down its pipe without joining a body first (a whole publish of a 503 MB model
     held its values and a joined copy of them at once)."""
-    return _encode_delta_parts(payload, value_dtype)
-
-
-def _encode_delta_parts(payload: Delta, value_dtype: str) -> list[bytes | memoryview]:
     h = payload.header
     if value_dtype not in VALUE_DTYPES:
         raise ValueError(f"unknown value dtype {value_dtype!r}")
@@ -335,7 +331,7 @@ def encode_body(payload: Payload, value_dtype: str = "float32") -> bytes | memor
     """:func:`encode`'s bytes, joined without holding the GIL for long (``join_body``)."""
     if isinstance(payload, Snapshot):
         return join_body(encode_parts(payload, value_dtype))
-    return join_body(_encode_delta_parts(payload, value_dtype))
+    return join_body(delta_parts(payload, value_dtype))
 
 
 # ---------------------------------------------------------------------------------- decode
