@@ -18,7 +18,7 @@ from p2pnode.config import Config
 from p2pnode.config.adaptive_gossip import publish_spec
 from p2pnode.malloc import RELEASE_MODEL_BYTES, release_free_memory
 from p2pnode.models import fingerprint
-from p2pnode.pipe_protocol import Evaluated, Hello, Message
+from p2pnode.pipe_protocol import Checkpoint, Evaluated, Hello, Message, PeerPayload, Stop
 from p2pnode.wire.replica import replica_folder
 from p2pnode.wire.payload import ModelSpec
 from p2pnode.worker.process import WorkerLoop
@@ -80,8 +80,11 @@ class TrainerLoop(WorkerLoop):
             release_free_memory()
 
     def handle(self, msg: Message) -> None:
-        super().handle(msg)  # a peer's payload, a checkpoint, a publish asked for...
-        self.release()
+        super().handle(msg)
+        # after model-sized work only (a publish releases on its own): not after the
+        # synchronous mode's messages of every step, whose buffers the next step would fault in
+        if isinstance(msg, (PeerPayload, Checkpoint, Stop)):
+            self.release()
 
     def resume_extra(self, state: dict[str, Any]) -> None:
         """Read what a subclass adds to the checkpoint (``checkpoint_state``) from the state
